@@ -1,0 +1,127 @@
+#pragma once
+// RunConfig: the validated, typed configuration of one run.
+//
+// Built once at start-up by config/options.cpp from the embedded defaults, INI files and the command
+// line (in that order, the command line wins), validated there, and then read-only: the step loop sees
+// plain, already-checked numbers. Every member maps 1:1 to an INI key `section.key`; docs/configuration.md
+// lists them. World-size dependent quantities (per-rank batch, accumulation) are derived in
+// train/batch_plan.hpp once the world size is known, not stored here.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace divsim {
+
+struct RunSection {
+  std::string name = "baseline";  // run name; default output is outputs/<name>.h5
+  std::string out;                // output path; empty -> outputs/<name>.h5
+  bool overwrite = false;         // replace an existing output file
+  std::uint64_t seed = 0;         // base key of every random stream
+};
+
+struct DataSection {
+  std::string source = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  std::int64_t train_size = 0;  // 0 = the whole training split; else its first N samples
+  std::int64_t test_size = 0;   // 0 = the whole test split
+  bool augment = false;         // random horizontal flip + shift by up to 2 pixels (images only)
+  // synthetic teacher-network data
+  std::int64_t synthetic_train = 8192;
+  std::int64_t synthetic_test = 2048;
+  std::int64_t synthetic_features = 64;
+  std::int64_t synthetic_classes = 10;
+  std::int64_t synthetic_teacher_hidden = 32;
+};
+
+struct ModelSection {
+  std::vector<std::int64_t> hidden = {256, 128};  // hidden widths, e.g. "256,128"
+  bool batchnorm = false;
+  double dropout = 0.0;      // drop probability after each hidden ReLU
+  double bn_momentum = 0.1;  // PyTorch convention: running = (1-m)*running + m*batch
+  double bn_eps = 1e-5;
+};
+
+struct LossSection {
+  std::string type = "cross_entropy";  // cross_entropy
+  double label_smoothing = 0.0;
+};
+
+struct OptimSection {
+  std::string type = "sgd";  // sgd | adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double clip_norm = 0.0;  // 0 = no clipping; else clip the global gradient L2 norm to this
+};
+
+struct ScheduleSection {
+  std::string type = "cosine";  // constant | step | cosine
+  std::int64_t warmup_steps = 0;
+  std::int64_t step_size = 1000;  // step schedule: decay every step_size steps
+  double gamma = 0.1;             // step schedule: decay factor
+  double min_lr = 0.0;            // cosine: floor
+};
+
+struct BatchSection {
+  std::int64_t global = 256;    // global batch per optimizer step (all ranks, all micro-steps)
+  std::int64_t per_rank = 0;    // if > 0: per-rank micro-batch fixed instead (global grows with W)
+  std::int64_t accum_steps = 1; // micro-batches per optimizer step
+  bool drop_last = true;        // sampler: drop the tail instead of padding by wrap-around
+};
+
+struct TrainSection {
+  std::int64_t steps = 0;       // optimizer steps; 0 -> derived from epochs
+  std::int64_t epochs = 10;
+  std::int64_t eval_every = 0;  // 0 = evaluate only at the end
+};
+
+struct SamplerSection {
+  std::string mode = "distributed";  // distributed | global_batch
+  bool shuffle = true;
+  std::uint64_t seed = 0;  // PyTorch DistributedSampler's seed (shuffled with seed + epoch)
+};
+
+struct DistSection {
+  std::string reduce = "mpi";  // mpi
+  double bucket_cap_mb = 25.0;
+  bool broadcast_buffers = true;
+  bool sync_bn = false;
+  bool broadcast_init = true;
+};
+
+struct PrecisionSection {
+  std::string matmul = "fp32";  // fp32
+};
+
+struct RecordSection {
+  std::int64_t layers_every = 10;  // per-layer statistics every N steps (0 = never)
+  bool samples = false;            // record /train/samples
+  std::int64_t flush_every = 100;  // H5Fflush every N steps
+  std::int64_t chunk_steps = 256;  // HDF5 chunk length along the step axis
+};
+
+struct RunConfig {
+  RunSection run;
+  DataSection data;
+  ModelSection model;
+  LossSection loss;
+  OptimSection optim;
+  ScheduleSection schedule;
+  BatchSection batch;
+  TrainSection train;
+  SamplerSection sampler;
+  DistSection dist;
+  PrecisionSection precision;
+  RecordSection record;
+  std::vector<std::string> faults;  // repeatable `fault = NAME[:k=v,...]` specs, as given
+  bool quiet = false;               // no progress line (command line only, not part of the run's identity)
+
+  // Effective output path: run.out, or outputs/<run.name>.h5.
+  std::string output_path() const { return run.out.empty() ? "outputs/" + run.name + ".h5" : run.out; }
+};
+
+}  // namespace divsim

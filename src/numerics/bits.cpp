@@ -1,0 +1,64 @@
+#include "numerics/bits.hpp"
+
+#include <bit>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace divsim {
+
+std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
+  for (const float v : values) {
+    h ^= std::bit_cast<std::uint32_t>(v);
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+float round_mantissa(float x, int mantissa_bits) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // Inf/NaN
+  const int drop = 23 - mantissa_bits;
+  const std::uint32_t lsb = (u >> drop) & 1u;
+  const std::uint32_t rounding = (1u << (drop - 1)) - 1u + lsb;  // ties to even
+  return std::bit_cast<float>((u + rounding) & ~((1u << drop) - 1u));
+}
+
+float round_fp16(float x) {
+  return static_cast<float>(static_cast<_Float16>(x));
+}
+
+MatmulFormat parse_matmul_format(std::string_view name) {
+  if (name == "fp32") return MatmulFormat::fp32;
+  if (name == "tf32") return MatmulFormat::tf32;
+  if (name == "bf16") return MatmulFormat::bf16;
+  if (name == "fp16") return MatmulFormat::fp16;
+  throw std::invalid_argument("unknown matmul format '" + std::string(name) + "' (fp32 | tf32 | bf16 | fp16)");
+}
+
+const char* to_string(MatmulFormat f) {
+  switch (f) {
+    case MatmulFormat::fp32: return "fp32";
+    case MatmulFormat::tf32: return "tf32";
+    case MatmulFormat::bf16: return "bf16";
+    case MatmulFormat::fp16: return "fp16";
+  }
+  return "?";
+}
+
+void round_to_format(std::span<float> values, MatmulFormat f) {
+  switch (f) {
+    case MatmulFormat::fp32: return;
+    case MatmulFormat::tf32: for (float& v : values) v = round_mantissa(v, 10); return;
+    case MatmulFormat::bf16: for (float& v : values) v = round_mantissa(v, 7); return;
+    case MatmulFormat::fp16: for (float& v : values) v = round_fp16(v); return;
+  }
+}
+
+}  // namespace divsim

@@ -1,0 +1,62 @@
+#include "numerics/philox.hpp"
+
+#include <cmath>
+#include <numbers>
+
+namespace divsim {
+
+__extension__ typedef unsigned __int128 uint128;  // GCC/Clang builtin, for a 64x64->128 multiply
+
+PhiloxCounter philox4x32_10(PhiloxCounter c, PhiloxKey k) {
+  constexpr std::uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr std::uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t p0 = std::uint64_t{kM0} * c[0];
+    const std::uint64_t p1 = std::uint64_t{kM1} * c[2];
+    const auto hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const auto hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+    k[0] += kW0;
+    k[1] += kW1;
+  }
+  return c;
+}
+
+KeyedStream::KeyedStream(std::uint64_t seed, Stream purpose, std::uint32_t w1, std::uint32_t w2,
+                         std::uint32_t w3)
+    : key_{static_cast<std::uint32_t>(seed),
+           static_cast<std::uint32_t>(seed >> 32) ^ (static_cast<std::uint32_t>(purpose) * 0x85EBCA6Bu)},
+      w1_(w1),
+      w2_(w2),
+      w3_(w3) {}
+
+std::uint32_t KeyedStream::u32(std::uint64_t i) const {
+  // The draw index's high bits are folded into the first purpose word: streams are far shorter than
+  // 2^32 blocks in practice, and this keeps all three words free for the caller.
+  const auto block = static_cast<std::uint32_t>(i >> 2);
+  const auto high = static_cast<std::uint32_t>(i >> 34);
+  const PhiloxCounter out = philox4x32_10({block, w1_ ^ (high * 0x27D4EB2Fu), w2_, w3_}, key_);
+  return out[i & 3u];
+}
+
+float KeyedStream::uniform(std::uint64_t i) const {
+  return static_cast<float>(u32(i) >> 8) * 0x1.0p-24f;
+}
+
+double KeyedStream::uniform_double(std::uint64_t i) const {
+  const std::uint64_t hi = u32(2 * i) >> 5, lo = u32(2 * i + 1) >> 6;  // 27 + 26 = 53 bits
+  return static_cast<double>((hi << 26) | lo) * 0x1.0p-53;
+}
+
+double KeyedStream::normal(std::uint64_t i) const {
+  const double u1 = 1.0 - uniform_double(2 * i);  // (0, 1]: log is finite
+  const double u2 = uniform_double(2 * i + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+std::uint64_t KeyedStream::below(std::uint64_t i, std::uint64_t n) const {
+  const std::uint64_t x = (std::uint64_t{u32(2 * i)} << 32) | u32(2 * i + 1);
+  return static_cast<std::uint64_t>((static_cast<uint128>(x) * n) >> 64);
+}
+
+}  // namespace divsim

@@ -1,0 +1,100 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "numerics/bits.hpp"
+#include "numerics/philox.hpp"
+
+using namespace divsim;
+
+TEST(Philox, MatchesRandom123KnownAnswer) {
+  // Known-answer vectors from Random123's kat_vectors (philox4x32 10 rounds).
+  EXPECT_EQ(philox4x32_10({0, 0, 0, 0}, {0, 0}),
+            (PhiloxCounter{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
+            (PhiloxCounter{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+            (PhiloxCounter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(KeyedStream, PureFunctionOfKeyAndCounter) {
+  const KeyedStream a(7, Stream::dropout, 1, 2, 3), b(7, Stream::dropout, 1, 2, 3);
+  const KeyedStream other_purpose(7, Stream::augment, 1, 2, 3), other_word(7, Stream::dropout, 1, 2, 4);
+  int same_purpose = 0, same_word = 0;
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    EXPECT_EQ(a.u32(i), b.u32(i));
+    same_purpose += a.u32(i) == other_purpose.u32(i);
+    same_word += a.u32(i) == other_word.u32(i);
+  }
+  EXPECT_LT(same_purpose, 3);
+  EXPECT_LT(same_word, 3);
+}
+
+TEST(KeyedStream, UniformAndNormalMoments) {
+  const KeyedStream s(123, Stream::init);
+  const int n = 200000;
+  double sum = 0, sum2 = 0, nsum = 0, nsum2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const double u = s.uniform(static_cast<std::uint64_t>(i));
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+    sum2 += u * u;
+    const double z = s.normal(static_cast<std::uint64_t>(i));
+    nsum += z;
+    nsum2 += z * z;
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.005);
+  EXPECT_NEAR(sum2 / n - 0.25, 1.0 / 12.0, 0.002);
+  EXPECT_NEAR(nsum / n, 0.0, 0.01);
+  EXPECT_NEAR(nsum2 / n, 1.0, 0.02);
+}
+
+TEST(KeyedStream, BelowIsInRangeAndCoversIt) {
+  const KeyedStream s(5, Stream::sampler);
+  std::vector<int> seen(10, 0);
+  for (std::uint64_t i = 0; i < 10000; ++i) {
+    const auto v = s.below(i, 10);
+    ASSERT_LT(v, 10u);
+    ++seen[v];
+  }
+  for (int c : seen) EXPECT_GT(c, 850);
+}
+
+TEST(Precision, Tf32RoundsToTenMantissaBitsNearestEven) {
+  // 1 + 2^-11 is exactly halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1.0).
+  EXPECT_EQ(round_mantissa(1.0f + 0x1.0p-11f, 10), 1.0f);
+  // 1 + 3*2^-11 is halfway between 1+2^-10 (odd) and 1+2^-9 (even): rounds up to 1+2^-9.
+  EXPECT_EQ(round_mantissa(1.0f + 3 * 0x1.0p-11f, 10), 1.0f + 0x1.0p-9f);
+  EXPECT_EQ(round_mantissa(1.0f + 0x1.8p-11f, 10), 1.0f + 0x1.0p-10f);  // above half: up
+  EXPECT_EQ(round_mantissa(-1.0f - 0x1.8p-11f, 10), -1.0f - 0x1.0p-10f);
+  // The result has no bits below the 10th mantissa bit.
+  const float r = round_mantissa(3.14159265f, 10);
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(r) & 0x1fffu, 0u);
+  EXPECT_NEAR(r, 3.14159265f, 3.14159265f * 0x1.0p-11f);
+  EXPECT_TRUE(std::isinf(round_mantissa(INFINITY, 10)));
+  EXPECT_TRUE(std::isnan(round_mantissa(NAN, 7)));
+}
+
+TEST(Precision, Bf16AndFp16) {
+  EXPECT_EQ(round_mantissa(1.0f + 0x1.8p-8f, 7), 1.0f + 0x1.0p-7f);
+  EXPECT_EQ(round_fp16(65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_fp16(70000.0f)));  // beyond fp16's range
+  EXPECT_EQ(round_fp16(1.0f + 0x1.0p-12f), 1.0f);
+  std::vector<float> v{1.0f + 0x1.8p-11f, 2.0f};
+  round_to_format(v, MatmulFormat::tf32);
+  EXPECT_EQ(v[0], 1.0f + 0x1.0p-10f);
+  EXPECT_EQ(parse_matmul_format("bf16"), MatmulFormat::bf16);
+  EXPECT_THROW(parse_matmul_format("fp8"), std::invalid_argument);
+}
+
+TEST(HashBits, EqualIffBitsEqual) {
+  std::vector<float> a{1.0f, 2.0f, 3.0f}, b = a;
+  EXPECT_EQ(hash_bits(a), hash_bits(b));
+  b[1] = std::nextafter(b[1], 3.0f);
+  EXPECT_NE(hash_bits(a), hash_bits(b));
+  std::vector<float> pz{0.0f}, nz{-0.0f};  // equal as numbers, different bits
+  EXPECT_NE(hash_bits(pz), hash_bits(nz));
+}
