@@ -86,11 +86,13 @@ struct SamplerSection {
 };
 
 struct DistSection {
-  std::string reduce = "mpi";  // mpi
+  std::string reduce = "mpi";  // mpi | deterministic
   double bucket_cap_mb = 25.0;
   bool broadcast_buffers = true;
   bool sync_bn = false;
   bool broadcast_init = true;
+  std::int64_t world_size = 0;  // logical ranks W; 0 = one per MPI process; else a multiple of the process count
+  std::int64_t det_chunk = 0;   // deterministic mode: samples per chunk; 0 = auto (see docs/reproducibility.md)
 };
 
 struct PrecisionSection {

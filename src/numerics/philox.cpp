@@ -43,6 +43,15 @@ float KeyedStream::uniform(std::uint64_t i) const {
   return static_cast<float>(u32(i) >> 8) * 0x1.0p-24f;
 }
 
+void KeyedStream::fill_uniform(std::span<float> out) const {
+  for (std::size_t j = 0; j < out.size(); j += 4) {
+    const auto block = static_cast<std::uint32_t>(j >> 2);
+    const PhiloxCounter words = philox4x32_10({block, w1_, w2_, w3_}, key_);
+    for (std::size_t k = 0; k < 4 && j + k < out.size(); ++k)
+      out[j + k] = static_cast<float>(words[k] >> 8) * 0x1.0p-24f;
+  }
+}
+
 double KeyedStream::uniform_double(std::uint64_t i) const {
   const std::uint64_t hi = u32(2 * i) >> 5, lo = u32(2 * i + 1) >> 6;  // 27 + 26 = 53 bits
   return static_cast<double>((hi << 26) | lo) * 0x1.0p-53;

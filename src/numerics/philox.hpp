@@ -7,6 +7,7 @@
 // or how many ranks compute it. All randomness goes through KeyedStream below; nothing else may draw.
 #include <array>
 #include <cstdint>
+#include <span>
 
 namespace divsim {
 
@@ -38,6 +39,8 @@ class KeyedStream {
   double uniform_double(std::uint64_t i) const;  // [0, 1) with 53 random bits (draws words 2i, 2i+1)
   double normal(std::uint64_t i) const;      // standard normal (Box-Muller on draws 2i, 2i+1)
   std::uint64_t below(std::uint64_t i, std::uint64_t n) const;  // uniform in [0, n) (Lemire, 64-bit)
+  // out[j] = uniform(j) for j < out.size(), computing each Philox block once (bulk draws: dropout masks).
+  void fill_uniform(std::span<float> out) const;
 
  private:
   PhiloxKey key_;

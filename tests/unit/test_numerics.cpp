@@ -98,3 +98,10 @@ TEST(HashBits, EqualIffBitsEqual) {
   std::vector<float> pz{0.0f}, nz{-0.0f};  // equal as numbers, different bits
   EXPECT_NE(hash_bits(pz), hash_bits(nz));
 }
+
+TEST(KeyedStream, FillUniformEqualsSingleDraws) {
+  const KeyedStream s(99, Stream::dropout, 4, 1234, 2);
+  std::vector<float> bulk(37);
+  s.fill_uniform(bulk);
+  for (std::size_t j = 0; j < bulk.size(); ++j) EXPECT_EQ(bulk[j], s.uniform(j)) << j;
+}

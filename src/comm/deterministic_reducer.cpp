@@ -1,0 +1,119 @@
+// dist.reduce=deterministic: a sum whose bits do not depend on the world size, the rank order, the
+// process layout or the bucket layout.
+//
+// Design: every partial (one chunk of samples' gradient, computed with identical shapes whatever the
+// world size) is converted to a 64-bit fixed-point integer with a scale shared by all ranks, and the
+// integers are summed exactly, which makes the sum associative: MPI_Allreduce may add them in any
+// order. The scale of each tensor (each statistic) comes from the global maximum magnitude, agreed with
+// MPI_Allreduce(MAX), which is exact and order-free too. Headroom for 2^21 partials leaves 41 bits of
+// resolution below the largest partial: far finer than float32's 24, so the result is the exact sum
+// rounded once, not a noisier one. A non-finite partial makes its tensor non-finite (NaN/Inf propagate).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "comm/collectives.hpp"
+#include "comm/reducer.hpp"
+
+namespace divsim {
+namespace {
+
+constexpr int kHeadroomBits = 21;  // up to 2^21 partials per element without overflow
+constexpr int kMantissaBits = 62 - kHeadroomBits;
+
+// Scale exponent for a segment whose largest magnitude is max_abs: |v| * 2^S < 2^kMantissaBits.
+int scale_exponent(double max_abs) {
+  if (max_abs == 0.0) return 0;
+  int e = 0;
+  std::frexp(max_abs, &e);  // max_abs < 2^e
+  return kMantissaBits - e;
+}
+
+class DeterministicReducer final : public Reducer {
+ public:
+  DeterministicReducer(MPI_Comm comm, const ReduceLayout& layout)
+      : comm_(comm), layout_(layout), fixed_(layout.num_params), max_(layout.tensors.size()) {
+    MPI_Comm_size(comm, &processes_);
+  }
+
+  void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
+    check_parts(parts);
+    const std::size_t n = layout_.num_params;
+    for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
+      const auto [off, size] = layout_.tensors[t];
+      double m = 0.0;
+      for (const auto& g : grads)
+        for (int p = 0; p < parts; ++p)
+          for (std::size_t i = off; i < off + size; ++i) m = std::fmax(m, magnitude(g[p * n + i]));
+      max_[t] = m;
+    }
+    allreduce_in_place(max_.data(), static_cast<int>(max_.size()), MPI_DOUBLE, MPI_MAX, comm_);
+    std::fill(fixed_.begin(), fixed_.end(), 0);
+    for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
+      const auto [off, size] = layout_.tensors[t];
+      if (!std::isfinite(max_[t])) continue;
+      const int s = scale_exponent(max_[t]);
+      for (const auto& g : grads)
+        for (int p = 0; p < parts; ++p)
+          for (std::size_t i = off; i < off + size; ++i) fixed_[i] += std::llrint(std::ldexp(g[p * n + i], s));
+    }
+    allreduce_in_place(fixed_.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm_);
+    float* out = grads[0].data();
+    for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
+      const auto [off, size] = layout_.tensors[t];
+      const int s = scale_exponent(max_[t]);
+      for (std::size_t i = off; i < off + size; ++i)
+        out[i] = std::isfinite(max_[t]) ? static_cast<float>(std::ldexp(static_cast<double>(fixed_[i]), -s) / divisor)
+                                        : std::numeric_limits<float>::quiet_NaN();
+    }
+    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(out, n, grads[k].data());
+  }
+
+  void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
+    check_parts(parts);
+    const std::size_t n = out.size();
+    const std::size_t rows = values.size() / n;
+    if (rows != static_cast<std::size_t>(layout_.rank_count * parts)) throw std::logic_error("sum_statistics: bad layout");
+    stat_max_.assign(n, 0.0);  // statistics are small vectors: one scale per element
+    stat_fixed_.assign(n, 0);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < n; ++i) stat_max_[i] = std::fmax(stat_max_[i], magnitude(values[r * n + i]));
+    allreduce_in_place(stat_max_.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::isfinite(stat_max_[i]))
+          stat_fixed_[i] += std::llrint(std::ldexp(values[r * n + i], scale_exponent(stat_max_[i])));
+    allreduce_in_place(stat_fixed_.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm_);
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = std::isfinite(stat_max_[i])
+                   ? std::ldexp(static_cast<double>(stat_fixed_[i]), -scale_exponent(stat_max_[i]))
+                   : std::numeric_limits<double>::quiet_NaN();
+  }
+
+ private:
+  // NaN must win the max so that it propagates (fmax would drop it).
+  static double magnitude(double v) {
+    return std::isnan(v) ? std::numeric_limits<double>::infinity() : std::fabs(v);
+  }
+  void check_parts(int parts) const {
+    if (static_cast<long long>(parts) * layout_.rank_count * processes_ > (1LL << kHeadroomBits))
+      throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
+  }
+
+  MPI_Comm comm_;
+  ReduceLayout layout_;
+  int processes_ = 1;
+  std::vector<std::int64_t> fixed_;
+  std::vector<double> max_;
+  std::vector<double> stat_max_;
+  std::vector<std::int64_t> stat_fixed_;
+};
+
+}  // namespace
+
+std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceLayout& layout) {
+  return std::make_unique<DeterministicReducer>(comm, layout);
+}
+
+}  // namespace divsim

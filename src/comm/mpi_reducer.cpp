@@ -1,0 +1,51 @@
+// dist.reduce=mpi: what a user gets from the MPI library. Local logical ranks are summed in rank order,
+// then MPI_Allreduce(SUM) combines processes in whatever order the library picks, then a division by
+// the divisor, as DDP's default allreduce hook does. The summation order therefore changes with the
+// world size and the process layout: the last bits differ, as seed 001 reports.
+#include <algorithm>
+#include <stdexcept>
+
+#include "comm/collectives.hpp"
+#include "comm/reducer.hpp"
+
+namespace divsim {
+namespace {
+
+class MpiReducer final : public Reducer {
+ public:
+  MpiReducer(MPI_Comm comm, const ReduceLayout& layout) : comm_(comm), layout_(layout) {}
+
+  void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
+    if (parts != 1) throw std::logic_error("dist.reduce=mpi reduces one gradient part per rank");
+    const std::size_t n = layout_.num_params;
+    float* acc = grads[0].data();
+    for (std::size_t k = 1; k < grads.size(); ++k)
+      for (std::size_t i = 0; i < n; ++i) acc[i] += grads[k][i];
+    allreduce_in_place(acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_);
+    const auto d = static_cast<float>(divisor);
+    for (std::size_t i = 0; i < n; ++i) acc[i] /= d;
+    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc, n, grads[k].data());
+  }
+
+  void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
+    const std::size_t n = out.size();
+    std::fill(out.begin(), out.end(), 0.0);
+    const std::size_t rows = values.size() / n;
+    if (rows != static_cast<std::size_t>(layout_.rank_count * parts)) throw std::logic_error("sum_statistics: bad layout");
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t i = 0; i < n; ++i) out[i] += values[r * n + i];
+    allreduce_in_place(out.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_);
+  }
+
+ private:
+  MPI_Comm comm_;
+  ReduceLayout layout_;
+};
+
+}  // namespace
+
+std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm, const ReduceLayout& layout) {
+  return std::make_unique<MpiReducer>(comm, layout);
+}
+
+}  // namespace divsim

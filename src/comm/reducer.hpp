@@ -1,0 +1,44 @@
+#pragma once
+// Gradient and statistics reduction behind one interface, so the step loop never knows which algorithm
+// (or which fault) is summing. Every call is collective over the communicator.
+//
+// Ranks here are *logical* ranks: a process may simulate several consecutive ones (dist.world_size =
+// W logical ranks on P processes). Each call receives the contributions of this process's logical ranks
+// in rank order; a reducer combines them and the other processes' the way its mode prescribes.
+//
+// Contributions come in "parts": a rank's gradient may be several partial sums (deterministic mode cuts
+// each batch into fixed chunks of samples) laid out [parts][n]. Modes that do not cut use parts = 1.
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace divsim {
+
+enum class ReduceMode { mpi, deterministic };
+ReduceMode parse_reduce_mode(const std::string& name);  // throws std::invalid_argument
+
+struct ReduceLayout {
+  int world_size = 1;                 // logical ranks W
+  int rank_begin = 0, rank_count = 1; // this process's logical ranks
+  // The gradient's tensors as [offset, offset+size) ranges of the flat buffer, in parameter order.
+  std::vector<std::pair<std::size_t, std::size_t>> tensors;
+  std::size_t num_params = 0;
+};
+
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  // grads[k]: local logical rank k's gradient area, `parts` partials of num_params floats each.
+  // Afterwards the first num_params floats of every grads[k] hold (sum over all ranks and parts) / divisor.
+  virtual void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) = 0;
+  // values: [rank_count][parts][n] partial sums; out[n] = their sum over all logical ranks and parts.
+  virtual void sum_statistics(std::span<const double> values, int parts, std::span<double> out) = 0;
+};
+
+std::unique_ptr<Reducer> make_reducer(ReduceMode mode, MPI_Comm comm, const ReduceLayout& layout);
+
+}  // namespace divsim

@@ -1,0 +1,685 @@
+// Command line + INI files -> validated RunConfig, and RunConfig -> INI.
+//
+// One table (fields()) lists every key with its parser, printer and one-line meaning; the Boost option
+// descriptions, the help text, the file/command-line appliers and to_ini() are all generated from it,
+// so a new RunConfig member needs exactly one new row here. Boost tokenizes (files and argv); the
+// layering, typed parsing and every error message are ours, so that each error names the key, the
+// file and what is allowed. World-size dependent checks live in train/, fault semantics in faults/.
+#include "config/options.hpp"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "divsim_version.hpp"
+#include "faults/fault_spec.hpp"
+
+namespace divsim {
+
+namespace po = boost::program_options;
+
+ConfigError::ConfigError(std::string key, const std::string& problem)
+    : std::runtime_error(key + ": " + problem), key_(std::move(key)) {}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// The problem part of a ConfigError, to re-throw it with where the value came from.
+std::string problem_of(const ConfigError& e) { return std::string(e.what()).substr(e.key().size() + 2); }
+
+// Shortest text that parses back to the same double (std::to_chars' round-trip guarantee).
+std::string format_double(double v) {
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, result.ptr);
+}
+
+std::uint64_t parse_uint64(const std::string& key, std::string_view text) {
+  const std::string_view t = trim(text);
+  if (!t.empty() && t.front() == '-') throw ConfigError(key, in_quotes(text) + " is negative; expected an integer >= 0");
+  std::uint64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    throw ConfigError(key, in_quotes(text) + " does not fit an unsigned 64-bit integer");
+  if (t.empty() || ec != std::errc() || ptr != t.data() + t.size())
+    throw ConfigError(key, in_quotes(text) + " is not an integer; expected a whole number >= 0 such as 42");
+  return v;
+}
+
+std::vector<std::int64_t> parse_widths(const std::string& key, std::string_view text) {
+  std::vector<std::int64_t> widths;
+  std::string_view rest = trim(text);
+  if (rest.empty()) return widths;  // no hidden layer: logistic regression
+  while (true) {
+    const auto comma = rest.find(',');
+    try {
+      widths.push_back(parse_int64(key, rest.substr(0, comma)));
+    } catch (const ConfigError& e) {
+      throw ConfigError(key, in_quotes(text) + " is not a comma-separated list of widths such as 256,128 (" +
+                                 problem_of(e) + ")");
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return widths;
+}
+
+// How each member type is parsed from and printed to text.
+template <class T>
+struct Value;
+template <>
+struct Value<std::string> {
+  static constexpr const char* kind = "TEXT";
+  static std::string parse(const std::string&, const std::string& t) { return t; }
+  static std::string print(const std::string& v) { return v; }
+};
+template <>
+struct Value<bool> {
+  static constexpr const char* kind = "BOOL";
+  static bool parse(const std::string& k, const std::string& t) { return parse_bool(k, t); }
+  static std::string print(bool v) { return v ? "true" : "false"; }
+};
+template <>
+struct Value<double> {
+  static constexpr const char* kind = "NUM";
+  static double parse(const std::string& k, const std::string& t) { return parse_double(k, t); }
+  static std::string print(double v) { return format_double(v); }
+};
+template <>
+struct Value<std::int64_t> {
+  static constexpr const char* kind = "INT";
+  static std::int64_t parse(const std::string& k, const std::string& t) { return parse_int64(k, t); }
+  static std::string print(std::int64_t v) { return std::to_string(v); }
+};
+template <>
+struct Value<std::uint64_t> {
+  static constexpr const char* kind = "UINT";
+  static std::uint64_t parse(const std::string& k, const std::string& t) { return parse_uint64(k, t); }
+  static std::string print(std::uint64_t v) { return std::to_string(v); }
+};
+template <>
+struct Value<std::vector<std::int64_t>> {
+  static constexpr const char* kind = "W1,W2,..";
+  static std::vector<std::int64_t> parse(const std::string& k, const std::string& t) { return parse_widths(k, t); }
+  static std::string print(const std::vector<std::int64_t>& v) {
+    std::string out;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ',';
+      out += std::to_string(v[i]);
+    }
+    return out;
+  }
+};
+
+struct Section {
+  const char* name;
+  const char* title;
+};
+
+// Section order of --help and to_ini().
+constexpr Section kSections[] = {
+    {"run", "run identity and output"},
+    {"data", "dataset"},
+    {"model", "MLP"},
+    {"loss", "loss function"},
+    {"optim", "optimizer"},
+    {"schedule", "learning-rate schedule"},
+    {"batch", "batch size and gradient accumulation"},
+    {"train", "length and evaluation"},
+    {"sampler", "data sampler (PyTorch DistributedSampler semantics)"},
+    {"dist", "data-parallel synchronisation (PyTorch DDP vocabulary)"},
+    {"precision", "arithmetic precision"},
+    {"record", "HDF5 trajectory recording"},
+};
+
+struct Field {
+  std::string section;
+  std::string name;  // "section.key"
+  const char* kind;
+  const char* meaning;
+  std::function<void(RunConfig&, const std::string&)> set;  // throws ConfigError(name, ...)
+  std::function<std::string(const RunConfig&)> get;
+};
+
+template <class S, class T>
+Field field(const char* section, const char* key, S RunConfig::*sec, T S::*member, const char* meaning) {
+  const std::string name = std::string(section) + "." + key;
+  return Field{section, name, Value<T>::kind, meaning,
+               [name, sec, member](RunConfig& c, const std::string& text) {
+                 (c.*sec).*member = Value<T>::parse(name, text);
+               },
+               [sec, member](const RunConfig& c) { return Value<T>::print((c.*sec).*member); }};
+}
+
+// Every key, grouped in kSections order. A RunConfig member without a row here cannot be configured.
+const std::vector<Field>& fields() {
+  using R = RunConfig;
+  static const std::vector<Field> table = {
+      field("run", "name", &R::run, &RunSection::name, "run name ([A-Za-z0-9._-]); default output outputs/<name>.h5"),
+      field("run", "out", &R::run, &RunSection::out, "output HDF5 path; empty = outputs/<run.name>.h5"),
+      field("run", "overwrite", &R::run, &RunSection::overwrite, "replace an existing output file"),
+      field("run", "seed", &R::run, &RunSection::seed, "base key of every random stream"),
+      field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic"),
+      field("data", "root", &R::data, &DataSection::root, "folder of the Fashion-MNIST IDX files"),
+      field("data", "train_size", &R::data, &DataSection::train_size, "first N training samples; 0 = all"),
+      field("data", "test_size", &R::data, &DataSection::test_size, "first N test samples; 0 = all"),
+      field("data", "augment", &R::data, &DataSection::augment, "random horizontal flip + shift by <= 2 pixels"),
+      field("data", "synthetic_train", &R::data, &DataSection::synthetic_train, "synthetic: training samples"),
+      field("data", "synthetic_test", &R::data, &DataSection::synthetic_test, "synthetic: test samples"),
+      field("data", "synthetic_features", &R::data, &DataSection::synthetic_features, "synthetic: input features"),
+      field("data", "synthetic_classes", &R::data, &DataSection::synthetic_classes, "synthetic: classes (>= 2)"),
+      field("data", "synthetic_teacher_hidden", &R::data, &DataSection::synthetic_teacher_hidden,
+            "synthetic: hidden width of the teacher network"),
+      field("model", "hidden", &R::model, &ModelSection::hidden, "hidden widths, e.g. 256,128; empty = logistic regression"),
+      field("model", "batchnorm", &R::model, &ModelSection::batchnorm, "BatchNorm1d after each hidden Linear"),
+      field("model", "dropout", &R::model, &ModelSection::dropout, "drop probability after each hidden ReLU, [0,1)"),
+      field("model", "bn_momentum", &R::model, &ModelSection::bn_momentum, "running = (1-m)*running + m*batch, [0,1]"),
+      field("model", "bn_eps", &R::model, &ModelSection::bn_eps, "BatchNorm epsilon, > 0"),
+      field("loss", "type", &R::loss, &LossSection::type, "cross_entropy"),
+      field("loss", "label_smoothing", &R::loss, &LossSection::label_smoothing, "PyTorch label_smoothing, [0,1)"),
+      field("optim", "type", &R::optim, &OptimSection::type, "sgd | adamw"),
+      field("optim", "lr", &R::optim, &OptimSection::lr, "peak learning rate, > 0"),
+      field("optim", "momentum", &R::optim, &OptimSection::momentum, "sgd momentum, [0,1)"),
+      field("optim", "nesterov", &R::optim, &OptimSection::nesterov, "sgd Nesterov momentum (needs momentum > 0)"),
+      field("optim", "weight_decay", &R::optim, &OptimSection::weight_decay, "L2 (sgd) or decoupled (adamw) decay, >= 0"),
+      field("optim", "beta1", &R::optim, &OptimSection::beta1, "adamw beta1, [0,1)"),
+      field("optim", "beta2", &R::optim, &OptimSection::beta2, "adamw beta2, [0,1)"),
+      field("optim", "eps", &R::optim, &OptimSection::eps, "adamw epsilon, > 0"),
+      field("optim", "clip_norm", &R::optim, &OptimSection::clip_norm, "clip the global gradient L2 norm; 0 = off"),
+      field("schedule", "type", &R::schedule, &ScheduleSection::type, "constant | step | cosine"),
+      field("schedule", "warmup_steps", &R::schedule, &ScheduleSection::warmup_steps, "linear warm-up steps"),
+      field("schedule", "step_size", &R::schedule, &ScheduleSection::step_size, "step: decay every N steps, >= 1"),
+      field("schedule", "gamma", &R::schedule, &ScheduleSection::gamma, "step: decay factor, (0,1]"),
+      field("schedule", "min_lr", &R::schedule, &ScheduleSection::min_lr, "cosine: floor, in [0, optim.lr]"),
+      field("batch", "global", &R::batch, &BatchSection::global, "global batch per optimizer step, >= 1"),
+      field("batch", "per_rank", &R::batch, &BatchSection::per_rank, "if > 0: fixed per-rank micro-batch instead"),
+      field("batch", "accum_steps", &R::batch, &BatchSection::accum_steps, "micro-batches per optimizer step, >= 1"),
+      field("batch", "drop_last", &R::batch, &BatchSection::drop_last, "drop the epoch tail instead of wrapping around"),
+      field("train", "steps", &R::train, &TrainSection::steps, "optimizer steps; 0 = from train.epochs"),
+      field("train", "epochs", &R::train, &TrainSection::epochs, "epochs when train.steps = 0"),
+      field("train", "eval_every", &R::train, &TrainSection::eval_every, "evaluate every N steps; 0 = only at the end"),
+      field("sampler", "mode", &R::sampler, &SamplerSection::mode, "distributed | global_batch"),
+      field("sampler", "shuffle", &R::sampler, &SamplerSection::shuffle, "reshuffle every epoch"),
+      field("sampler", "seed", &R::sampler, &SamplerSection::seed, "sampler seed (shuffled with seed + epoch)"),
+      field("dist", "reduce", &R::dist, &DistSection::reduce, "gradient reduction: mpi | deterministic"),
+      field("dist", "bucket_cap_mb", &R::dist, &DistSection::bucket_cap_mb, "gradient bucket size in MiB, > 0"),
+      field("dist", "broadcast_buffers", &R::dist, &DistSection::broadcast_buffers, "broadcast rank 0's buffers each step"),
+      field("dist", "sync_bn", &R::dist, &DistSection::sync_bn, "SyncBatchNorm: batch statistics over all ranks"),
+      field("dist", "broadcast_init", &R::dist, &DistSection::broadcast_init, "broadcast rank 0's initial parameters"),
+      field("dist", "world_size", &R::dist, &DistSection::world_size,
+            "logical ranks W; 0 = one per MPI process, else a multiple of it"),
+      field("dist", "det_chunk", &R::dist, &DistSection::det_chunk, "deterministic reduce: samples per chunk; 0 = auto"),
+      field("precision", "matmul", &R::precision, &PrecisionSection::matmul, "fp32 | tf32 | bf16 | fp16"),
+      field("record", "layers_every", &R::record, &RecordSection::layers_every, "per-layer statistics every N steps; 0 = never"),
+      field("record", "samples", &R::record, &RecordSection::samples, "record /train/samples"),
+      field("record", "flush_every", &R::record, &RecordSection::flush_every, "H5Fflush every N steps, >= 1"),
+      field("record", "chunk_steps", &R::record, &RecordSection::chunk_steps, "HDF5 chunk length along the step axis"),
+  };
+  return table;
+}
+
+const Field* find_field(std::string_view name) {
+  for (const Field& f : fields())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+bool is_section(std::string_view name) {
+  return std::any_of(std::begin(kSections), std::end(kSections), [&](const Section& s) { return name == s.name; });
+}
+
+std::string section_list() {
+  std::string out;
+  for (const Section& s : kSections) out += (out.empty() ? "" : ", ") + std::string(s.name);
+  return out;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest candidate within a few typos, else one with the same key in another section; "" if none.
+std::string closest(std::string_view given, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, given.size() / 4) + 1;
+  for (const std::string& c : candidates) {
+    const std::size_t d = edit_distance(given, c);
+    if (d < best_distance) best = c, best_distance = d;
+  }
+  if (!best.empty()) return best;
+  const std::string_view tail = given.substr(given.find('.') + 1);
+  for (const std::string& c : candidates)
+    if (c.find('.') != std::string::npos && std::string_view(c).substr(c.find('.') + 1) == tail) return c;
+  return "";
+}
+
+std::vector<std::string> key_names() {
+  std::vector<std::string> names;
+  for (const Field& f : fields()) names.push_back(f.name);
+  return names;
+}
+
+// Names every command-line option can be matched against, for suggestions.
+const char* const kGeneralOptions[] = {"config", "out", "quiet", "fault", "print-config", "help", "version"};
+
+struct Assignment {
+  std::string key;
+  std::string value;
+};
+
+// Applies one layer (one file, or the command line) over cfg; a key may appear once per layer.
+void apply(RunConfig& cfg, const std::vector<Assignment>& layer, const std::string& where) {
+  std::set<std::string> seen;
+  for (const Assignment& a : layer) {
+    if (!seen.insert(a.key).second) throw ConfigError(a.key, "given twice " + where);
+    try {
+      find_field(a.key)->set(cfg, a.value);
+    } catch (const ConfigError& e) {
+      throw ConfigError(e.key(), problem_of(e) + " (" + where + ")");
+    }
+  }
+}
+
+void add_fault(RunConfig& cfg, const std::string& spec, const std::string& where) {
+  try {
+    parse_fault_spec(spec);
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.key(), problem_of(e) + " (" + where + ")");
+  }
+  cfg.faults.push_back(spec);
+}
+
+// Boost's config-file syntax: '#' starts a comment, "[name]" opens a section. Boost accepts any section
+// name, so an unknown (possibly empty) section is caught here.
+void check_sections(const std::string& text, const std::string& path) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string_view s = trim(std::string_view(line).substr(0, line.find('#')));
+    if (s.size() < 2 || s.front() != '[' || s.back() != ']') continue;
+    const std::string name(trim(s.substr(1, s.size() - 2)));
+    if (is_section(name)) continue;
+    std::vector<std::string> sections;
+    for (const Section& sec : kSections) sections.emplace_back(sec.name);
+    const std::string guess = closest(name, sections);
+    throw ConfigError(name, "unknown section [" + name + "] in file " + in_quotes(path) +
+                                (guess.empty() ? "; sections are " + section_list() : "; did you mean [" + guess + "]?"));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (status.type() == fs::file_type::not_found)
+    throw ConfigError("config", "file " + in_quotes(path) + " does not exist");
+  if (ec) throw ConfigError("config", "cannot access file " + in_quotes(path) + ": " + ec.message());
+  if (fs::is_directory(status)) throw ConfigError("config", in_quotes(path) + " is a directory, not an INI file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) throw ConfigError("config", "cannot open file " + in_quotes(path) + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError("config", "cannot read file " + in_quotes(path) + ": " + std::strerror(errno));
+  return text.str();
+}
+
+po::options_description file_options() {
+  po::options_description desc;
+  desc.add_options()("fault", po::value<std::string>());
+  for (const Field& f : fields()) desc.add_options()(f.name.c_str(), po::value<std::string>());
+  return desc;
+}
+
+// Reads one INI file: its key assignments (in order) and its fault lines (appended to cfg.faults).
+std::vector<Assignment> read_config_file(const std::string& path, RunConfig& cfg) {
+  const std::string text = read_file(path);
+  check_sections(text, path);
+  const po::options_description desc = file_options();
+  std::istringstream stream(text);
+  const po::parsed_options parsed = [&] {
+    try {
+      return po::parse_config_file(stream, desc, /*allow_unregistered=*/true);
+    } catch (const po::error& e) {
+      throw ConfigError("config", "file " + in_quotes(path) + ": " + e.what());
+    }
+  }();
+  const std::string where = "in file " + in_quotes(path);
+  std::vector<Assignment> layer;
+  for (const po::option& o : parsed.options) {
+    const std::string value = o.value.empty() ? "" : o.value.front();
+    if (o.string_key == "fault") {
+      add_fault(cfg, value, where);
+    } else if (o.unregistered) {
+      const std::string_view key = o.string_key;
+      if (key.ends_with(".fault"))
+        throw ConfigError(o.string_key, "fault lines go at the top of the file, before any [section] (" + where + ")");
+      const std::string guess = closest(key, key_names());
+      throw ConfigError(o.string_key, "unknown key " + where +
+                                          (guess.empty() ? "; sections are " + section_list() + " (see --help)"
+                                                         : "; did you mean " + guess + "?"));
+    } else {
+      layer.push_back({o.string_key, value});
+    }
+  }
+  return layer;
+}
+
+constexpr unsigned kHelpWidth = 100;
+constexpr unsigned kHelpDescriptionWidth = 54;
+
+// One description serves both argv parsing and --help, so the help cannot drift from what parses.
+po::options_description command_line_options() {
+  po::options_description all(kHelpWidth, kHelpDescriptionWidth);
+  po::options_description general("General options", kHelpWidth, kHelpDescriptionWidth);
+  general.add_options()
+      ("config", po::value<std::string>()->value_name("FILE"),
+       "INI file: [section] then key = value; fault = SPEC lines at the top. Repeatable: later files win")
+      ("out", po::value<std::string>()->value_name("PATH"), "alias of --run.out")
+      ("fault", po::value<std::string>()->value_name("SPEC"),
+       "inject a fault NAME[:key=value,...]; common keys ranks (all, N, A-B, A+B), start, stop, every, prob; "
+       "repeatable")
+      ("quiet", "no progress line")
+      ("print-config", "print the effective configuration as INI and exit")
+      ("help", "print this help and exit")
+      ("version", "print the version and exit");
+  all.add(general);
+  const RunConfig defaults;
+  for (const Section& s : kSections) {
+    po::options_description group(std::string("[") + s.name + "] " + s.title, kHelpWidth, kHelpDescriptionWidth);
+    for (const Field& f : fields()) {
+      if (f.section != s.name) continue;
+      const std::string def = f.get(defaults);
+      group.add_options()(f.name.c_str(),
+                          po::value<std::string>()->value_name(f.kind)->default_value(def, def.empty() ? "\"\"" : def),
+                          f.meaning);
+    }
+    all.add(group);
+  }
+  return all;
+}
+
+po::parsed_options parse_argv(int argc, const char* const* argv, const po::options_description& desc) {
+  namespace style = po::command_line_style;
+  // Boost rejects an empty value after '=', but "--model.hidden=" (no hidden layer) and "--run.out=" are
+  // meaningful: pass them on as "--key" followed by an empty token.
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const bool empty_value = a.starts_with("--") && a.find('=') == a.size() - 1;
+    const po::option_description* option =
+        empty_value ? desc.find_nothrow(std::string(a.substr(2, a.size() - 3)), false) : nullptr;
+    if (option != nullptr && option->semantic()->max_tokens() > 0) {
+      args.emplace_back(a.substr(0, a.size() - 1));
+      args.emplace_back();
+    } else {
+      args.emplace_back(a);
+    }
+  }
+  try {
+    // Long options only, no prefix guessing: --optim.l must not silently mean --optim.lr.
+    return po::command_line_parser(args)
+        .options(desc)
+        .style(style::allow_long | style::long_allow_adjacent | style::long_allow_next)
+        .allow_unregistered()
+        .run();
+  } catch (const po::error_with_option_name& e) {
+    std::string key = e.get_option_name();
+    key.erase(0, key.find_first_not_of('-'));
+    throw ConfigError(key.empty() ? "command line" : key, e.what());
+  } catch (const po::error& e) {
+    throw ConfigError("command line", e.what());
+  }
+}
+
+[[noreturn]] void unknown_option(const std::string& key) {
+  std::vector<std::string> names = key_names();
+  names.insert(names.end(), std::begin(kGeneralOptions), std::end(kGeneralOptions));
+  const std::string guess = closest(key, names);
+  throw ConfigError(key, "unknown option --" + key + " on the command line" +
+                             (guess.empty() ? " (see --help)" : "; did you mean --" + guess + "?"));
+}
+
+std::string version_text() { return std::string("divsim ") + kVersion + " (git " + kGitSha + ")\n"; }
+
+// Validation helpers: the message says what is allowed and what was given.
+void require(bool ok, const char* key, const std::string& rule, const std::string& got) {
+  if (!ok) throw ConfigError(key, "must be " + rule + ", got " + got);
+}
+
+void require_double(const char* key, double v, bool in_range, const std::string& rule) {
+  require(std::isfinite(v) && in_range, key, "finite and " + rule, format_double(v));
+}
+
+void require_int(const char* key, std::int64_t v, bool in_range, const std::string& rule) {
+  require(in_range, key, rule, std::to_string(v));
+}
+
+void require_one_of(const char* key, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw ConfigError(key, in_quotes(v) + " is not one of: " + list);
+}
+
+// Boost's INI reader trims values and cuts at '#', and a line break ends a value: such text could not
+// survive --print-config and the config attribute of the output file.
+void require_ini_text(const char* key, const std::string& v) {
+  const bool ok = v.find_first_of("#\n\r") == std::string::npos && trim(v).size() == v.size();
+  if (!ok)
+    throw ConfigError(key, in_quotes(v) + " cannot be written to an INI file: no '#', line breaks, or leading/trailing blanks");
+}
+
+}  // namespace
+
+double parse_double(const std::string& key, std::string_view text) {
+  const std::string_view t = trim(text);
+  double v = 0.0;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || ec == std::errc::invalid_argument || ptr != t.data() + t.size())
+    throw ConfigError(key, in_quotes(text) + " is not a number; expected a decimal such as 0.05 or 1e-4");
+  if (ec == std::errc::result_out_of_range)
+    throw ConfigError(key, in_quotes(text) + " is outside the range of a double");
+  if (!std::isfinite(v)) throw ConfigError(key, in_quotes(text) + " is not allowed; numbers must be finite");
+  return v;
+}
+
+std::int64_t parse_int64(const std::string& key, std::string_view text) {
+  const std::string_view t = trim(text);
+  std::int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec == std::errc::result_out_of_range) throw ConfigError(key, in_quotes(text) + " does not fit a 64-bit integer");
+  if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) {
+    const bool fraction = ec == std::errc() && std::string_view(".eE").find(*ptr) != std::string_view::npos;
+    throw ConfigError(key, in_quotes(text) + " is not an integer" + (fraction ? " (no fractions or exponents)" : "") +
+                               "; expected a whole number such as 100");
+  }
+  return v;
+}
+
+bool parse_bool(const std::string& key, std::string_view text) {
+  std::string t(trim(text));
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  throw ConfigError(key, in_quotes(text) + " is not a boolean; expected true/false, 1/0, yes/no or on/off");
+}
+
+CliResult parse_command_line(int argc, const char* const* argv) {
+  const po::options_description desc = command_line_options();
+  const po::parsed_options parsed = parse_argv(argc, argv, desc);
+
+  CliResult result;
+  bool help = false, version = false, print_config = false;
+  std::vector<std::string> files, cli_faults;
+  std::vector<Assignment> cli;
+  for (const po::option& o : parsed.options) {
+    const std::string value = o.value.empty() ? "" : o.value.front();
+    if (o.string_key.empty())
+      throw ConfigError(value.empty() ? "command line" : value, "unexpected argument " + in_quotes(value) +
+                                   "; settings are given as --section.key=VALUE (see --help)");
+    if (o.unregistered) unknown_option(o.string_key);
+    const std::string& key = o.string_key;
+    if (key == "help") help = true;
+    else if (key == "version") version = true;
+    else if (key == "print-config") print_config = true;
+    else if (key == "quiet") result.config.quiet = true;
+    else if (key == "config") files.push_back(value);
+    else if (key == "fault") cli_faults.push_back(value);
+    else if (key == "out") cli.push_back({"run.out", value});
+    else cli.push_back({key, value});
+  }
+  if (help) {
+    std::ostringstream text;
+    text << version_text() << ": MPI simulator of data-parallel training divergence\n\n"
+         << "Usage: mpiexec -n W divsim [--config FILE]... [--section.key=VALUE]... [--fault SPEC]...\n" << desc;
+    result.action = CliAction::help;
+    result.text = text.str();
+    return result;
+  }
+  if (version) {
+    result.action = CliAction::version;
+    result.text = version_text();
+    return result;
+  }
+
+  RunConfig& cfg = result.config;
+  for (const std::string& path : files) apply(cfg, read_config_file(path, cfg), "in file " + in_quotes(path));
+  apply(cfg, cli, "on the command line");
+  for (const std::string& spec : cli_faults) add_fault(cfg, spec, "on the command line");
+  validate(cfg);
+  if (print_config) {
+    result.action = CliAction::print_config;
+    result.text = to_ini(cfg);
+  }
+  return result;
+}
+
+void validate(const RunConfig& c) {
+  const std::string& name = c.run.name;
+  const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+    return std::isalnum(ch) || ch == '.' || ch == '_' || ch == '-';
+  });
+  require(name_ok, "run.name", "non-empty and only A-Z a-z 0-9 . _ -", in_quotes(name));
+  require_ini_text("run.out", c.run.out);
+
+  require_one_of("data.source", c.data.source, {"fashion-mnist", "synthetic"});
+  require_ini_text("data.root", c.data.root);
+  require_int("data.train_size", c.data.train_size, c.data.train_size >= 0, ">= 0 (0 = all)");
+  require_int("data.test_size", c.data.test_size, c.data.test_size >= 0, ">= 0 (0 = all)");
+  require_int("data.synthetic_train", c.data.synthetic_train, c.data.synthetic_train > 0, "> 0");
+  require_int("data.synthetic_test", c.data.synthetic_test, c.data.synthetic_test > 0, "> 0");
+  require_int("data.synthetic_features", c.data.synthetic_features, c.data.synthetic_features > 0, "> 0");
+  require_int("data.synthetic_classes", c.data.synthetic_classes, c.data.synthetic_classes >= 2, ">= 2");
+  require_int("data.synthetic_teacher_hidden", c.data.synthetic_teacher_hidden, c.data.synthetic_teacher_hidden > 0,
+              "> 0");
+
+  for (const std::int64_t w : c.model.hidden) require_int("model.hidden", w, w >= 1 && w <= 65536, "widths in [1, 65536]");
+  require_double("model.dropout", c.model.dropout, c.model.dropout >= 0 && c.model.dropout < 1, "in [0,1)");
+  require_double("model.bn_momentum", c.model.bn_momentum, c.model.bn_momentum >= 0 && c.model.bn_momentum <= 1,
+                 "in [0,1]");
+  require_double("model.bn_eps", c.model.bn_eps, c.model.bn_eps > 0, "> 0");
+
+  require_one_of("loss.type", c.loss.type, {"cross_entropy"});
+  require_double("loss.label_smoothing", c.loss.label_smoothing,
+                 c.loss.label_smoothing >= 0 && c.loss.label_smoothing < 1, "in [0,1)");
+
+  const OptimSection& o = c.optim;
+  require_one_of("optim.type", o.type, {"sgd", "adamw"});
+  require_double("optim.lr", o.lr, o.lr > 0, "> 0");
+  require_double("optim.momentum", o.momentum, o.momentum >= 0 && o.momentum < 1, "in [0,1)");
+  if (o.nesterov && !(o.momentum > 0))
+    throw ConfigError("optim.nesterov", "needs optim.momentum > 0 (PyTorch SGD), but momentum is " + format_double(o.momentum));
+  require_double("optim.weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0");
+  require_double("optim.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0,1)");
+  require_double("optim.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0,1)");
+  require_double("optim.eps", o.eps, o.eps > 0, "> 0");
+  require_double("optim.clip_norm", o.clip_norm, o.clip_norm >= 0, ">= 0 (0 = no clipping)");
+
+  const ScheduleSection& s = c.schedule;
+  require_one_of("schedule.type", s.type, {"constant", "step", "cosine"});
+  require_int("schedule.warmup_steps", s.warmup_steps, s.warmup_steps >= 0, ">= 0");
+  require_int("schedule.step_size", s.step_size, s.step_size >= 1, ">= 1");
+  require_double("schedule.gamma", s.gamma, s.gamma > 0 && s.gamma <= 1, "in (0,1]");
+  require_double("schedule.min_lr", s.min_lr, s.min_lr >= 0 && s.min_lr <= o.lr,
+                 "in [0, optim.lr = " + format_double(o.lr) + "]");
+
+  const BatchSection& b = c.batch;
+  require_int("batch.global", b.global, b.global >= 1, ">= 1");
+  require_int("batch.per_rank", b.per_rank, b.per_rank >= 0, ">= 0 (0 = derive from batch.global)");
+  require_int("batch.accum_steps", b.accum_steps, b.accum_steps >= 1, ">= 1");
+  if (b.per_rank == 0 && b.global % b.accum_steps != 0)
+    throw ConfigError("batch.global", "must be divisible by batch.accum_steps (" + std::to_string(b.accum_steps) +
+                                          ") when batch.per_rank = 0, got " + std::to_string(b.global));
+
+  require_int("train.steps", c.train.steps, c.train.steps >= 0, ">= 0 (0 = from train.epochs)");
+  if (c.train.steps == 0)
+    require_int("train.epochs", c.train.epochs, c.train.epochs >= 1, ">= 1 when train.steps = 0");
+  require_int("train.eval_every", c.train.eval_every, c.train.eval_every >= 0, ">= 0 (0 = only at the end)");
+
+  require_one_of("sampler.mode", c.sampler.mode, {"distributed", "global_batch"});
+  require_one_of("dist.reduce", c.dist.reduce, {"mpi", "deterministic"});
+  require_double("dist.bucket_cap_mb", c.dist.bucket_cap_mb, c.dist.bucket_cap_mb > 0, "> 0");
+  // That world_size is a multiple of the process count is checked once MPI is up.
+  require_int("dist.world_size", c.dist.world_size, c.dist.world_size >= 0, ">= 0 (0 = one rank per process)");
+  require_int("dist.det_chunk", c.dist.det_chunk, c.dist.det_chunk >= 0, ">= 0 (0 = auto)");
+  require_one_of("precision.matmul", c.precision.matmul, {"fp32", "tf32", "bf16", "fp16"});
+
+  const RecordSection& r = c.record;
+  require_int("record.layers_every", r.layers_every, r.layers_every >= 0, ">= 0 (0 = never)");
+  require_int("record.flush_every", r.flush_every, r.flush_every >= 1, ">= 1");
+  require_int("record.chunk_steps", r.chunk_steps, r.chunk_steps >= 1, ">= 1");
+
+  for (const std::string& spec : c.faults) {
+    require_ini_text("fault", spec);
+    parse_fault_spec(spec);
+  }
+}
+
+std::string to_ini(const RunConfig& cfg) {
+  std::string out = std::string("# divsim ") + kVersion + " effective configuration\n";
+  for (const std::string& spec : cfg.faults) out += "fault = " + spec + "\n";
+  std::string section;
+  for (const Field& f : fields()) {
+    if (f.section != section) {
+      section = f.section;
+      out += "\n[" + section + "]\n";
+    }
+    const std::string value = f.get(cfg);
+    out += f.name.substr(section.size() + 1) + (value.empty() ? " =\n" : " = " + value + "\n");
+  }
+  return out;
+}
+
+}  // namespace divsim

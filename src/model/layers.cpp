@@ -1,0 +1,102 @@
+#include "model/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace divsim {
+
+void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y) {
+  y.noalias() = x * w.transpose();
+  y.rowwise() += ConstVecView(b.data(), static_cast<Eigen::Index>(b.size())).transpose();
+}
+
+void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx) {
+  dw.noalias() += dy.transpose() * x;
+  // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
+  // bits would depend on where the buffer happens to lie in memory. Rows are added in order here.
+  for (Eigen::Index i = 0; i < dy.rows(); ++i)
+    for (Eigen::Index c = 0; c < dy.cols(); ++c) db[static_cast<std::size_t>(c)] += dy(i, c);
+  if (dx.rows() > 0) dx.noalias() = dy * w;
+}
+
+void relu_forward(ConstMatView x, MatView y) { y = x.cwiseMax(0.0f); }
+
+void relu_backward(ConstMatView dy, ConstMatView y, MatView dx) {
+  dx = (y.array() > 0.0f).select(dy, 0.0f);
+}
+
+void dropout_apply(ConstMatView x, ConstMatView mask, MatView y) { y = x.cwiseProduct(mask); }
+
+void bn_partial_sum(ConstMatView x, std::span<double> sum) {
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index c = 0; c < x.cols(); ++c) sum[c] += x(i, c);
+}
+
+void bn_partial_sqdev(ConstMatView x, std::span<const double> mean, std::span<double> sqdev) {
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index c = 0; c < x.cols(); ++c) {
+      const double d = x(i, c) - mean[c];
+      sqdev[c] += d * d;
+    }
+}
+
+void bn_normalize(ConstMatView x, std::span<const float> mean, std::span<const float> invstd,
+                  std::span<const float> gamma, std::span<const float> beta, MatView xhat, MatView y) {
+  for (Eigen::Index i = 0; i < x.rows(); ++i)
+    for (Eigen::Index c = 0; c < x.cols(); ++c) {
+      const float h = (x(i, c) - mean[c]) * invstd[c];
+      xhat(i, c) = h;
+      y(i, c) = h * gamma[c] + beta[c];
+    }
+}
+
+void bn_forward_eval(ConstMatView x, std::span<const float> running_mean, std::span<const float> running_var,
+                     double eps, std::span<const float> gamma, std::span<const float> beta, MatView y) {
+  for (Eigen::Index c = 0; c < x.cols(); ++c) {
+    const float invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps));
+    for (Eigen::Index i = 0; i < x.rows(); ++i)
+      y(i, c) = (x(i, c) - running_mean[c]) * invstd * gamma[c] + beta[c];
+  }
+}
+
+void bn_backward_sums(ConstMatView dy, ConstMatView xhat, std::span<double> sum_dy, std::span<double> sum_dy_xhat) {
+  for (Eigen::Index i = 0; i < dy.rows(); ++i)
+    for (Eigen::Index c = 0; c < dy.cols(); ++c) {
+      sum_dy[c] += dy(i, c);
+      sum_dy_xhat[c] += static_cast<double>(dy(i, c)) * xhat(i, c);
+    }
+}
+
+void bn_backward_dx(ConstMatView dy, ConstMatView xhat, std::span<const float> invstd, std::span<const float> gamma,
+                    std::span<const double> sum_dy, std::span<const double> sum_dy_xhat, double n, MatView dx) {
+  for (Eigen::Index c = 0; c < dy.cols(); ++c) {
+    const auto mean_dy = static_cast<float>(sum_dy[c] / n);
+    const auto mean_dy_xhat = static_cast<float>(sum_dy_xhat[c] / n);
+    const float scale = gamma[c] * invstd[c];
+    for (Eigen::Index i = 0; i < dy.rows(); ++i)
+      dx(i, c) = scale * (dy(i, c) - mean_dy - xhat(i, c) * mean_dy_xhat);
+  }
+}
+
+void activation_stats(ConstMatView a, std::span<double, kStatCount> out) {
+  double sum = 0, sum2 = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (Eigen::Index i = 0; i < a.rows(); ++i)
+    for (Eigen::Index c = 0; c < a.cols(); ++c) {
+      const double v = a(i, c);
+      sum += v;
+      sum2 += v * v;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  const double n = static_cast<double>(a.size());
+  const double mean = n > 0 ? sum / n : 0.0;
+  out[0] = mean;
+  out[1] = n > 0 ? std::sqrt(std::max(0.0, sum2 / n - mean * mean)) : 0.0;
+  out[2] = n > 0 ? lo : 0.0;
+  out[3] = n > 0 ? hi : 0.0;
+  out[4] = std::sqrt(sum2);
+}
+
+}  // namespace divsim

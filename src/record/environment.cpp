@@ -1,0 +1,52 @@
+#include "record/environment.hpp"
+
+#include <hdf5.h>
+
+#include <Eigen/Core>
+#include <boost/version.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "divsim_version.hpp"
+
+namespace divsim {
+
+RootAttributes environment_attributes(MPI_Comm comm) {
+  RootAttributes a;
+  a.divsim_version = kVersion;
+  a.git_sha = kGitSha;
+
+  int procs = 1;
+  MPI_Comm_size(comm, &procs);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<std::size_t>(procs) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
+  std::set<std::string> hosts;
+  for (int p = 0; p < procs; ++p) hosts.insert(all.data() + static_cast<std::size_t>(p) * MPI_MAX_PROCESSOR_NAME);
+
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_first_line(mpi);
+  mpi_first_line = mpi_first_line.substr(0, mpi_first_line.find('\n'));
+  unsigned h5maj = 0, h5min = 0, h5rel = 0;
+  H5get_libversion(&h5maj, &h5min, &h5rel);
+
+  std::ostringstream env;
+  env << "mpi=" << mpi_first_line << "\n"
+      << "mpi_processes=" << procs << "\n"
+      << "hdf5=" << h5maj << '.' << h5min << '.' << h5rel << "\n"
+      << "eigen=" << EIGEN_WORLD_VERSION << '.' << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << "\n"
+      << "eigen_simd=" << Eigen::SimdInstructionSetsInUse() << "\n"
+      << "boost=" << BOOST_LIB_VERSION << "\n"
+      << "compiler=" << kCompiler << "\n"
+      << "cuda=none\n"
+      << "hosts=";
+  for (auto it = hosts.begin(); it != hosts.end(); ++it) env << (it == hosts.begin() ? "" : ",") << *it;
+  a.env = env.str();
+  return a;
+}
+
+}  // namespace divsim

@@ -1,0 +1,528 @@
+// TrajectoryWriter: schema v1 datasets, buffered rows and their collective writes (see the header).
+#include "record/trajectory_writer.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <type_traits>
+
+namespace divsim {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr hsize_t kMaxChunkBytes = hsize_t{16} << 20;  // readers fetch whole chunks: keep them modest
+constexpr hsize_t kEventChunkRows = 256;
+constexpr std::int64_t kSchemaVersion = 1;
+constexpr const char* kStats[] = {"mean", "std", "min", "max", "l2"};
+constexpr hsize_t kNumStats = std::size(kStats);
+
+template <class T>
+hid_t native_type() {
+  if constexpr (std::is_same_v<T, double>) {
+    return H5T_NATIVE_DOUBLE;
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    return H5T_NATIVE_INT64;
+  } else {
+    static_assert(std::is_same_v<T, std::uint64_t>);
+    return H5T_NATIVE_UINT64;
+  }
+}
+
+void validate(const TrajectoryLayout& l) {
+  const auto fail = [](const std::string& msg) { throw std::invalid_argument("trajectory layout: " + msg); };
+  if (l.world_size < 1) fail("world_size must be >= 1, got " + std::to_string(l.world_size));
+  if (l.rank_count < 1 || l.rank_begin < 0 || l.rank_begin + l.rank_count > l.world_size)
+    fail("logical ranks [" + std::to_string(l.rank_begin) + ", " + std::to_string(l.rank_begin + l.rank_count) +
+         ") are not a non-empty part of [0, " + std::to_string(l.world_size) + ")");
+  if (l.flush_every < 1) fail("flush_every must be >= 1, got " + std::to_string(l.flush_every));
+  if (l.chunk_steps < 1) fail("chunk_steps must be >= 1, got " + std::to_string(l.chunk_steps));
+  if (l.record_samples && l.samples_per_step < 1)
+    fail("samples_per_step must be >= 1 when recording samples, got " + std::to_string(l.samples_per_step));
+}
+
+// Process 0's view of the output path: an error message, or empty if the run may write there.
+std::string prepare_output(const std::string& final_path, bool overwrite) {
+  std::error_code ec;
+  const fs::path path(final_path);
+  if (fs::is_directory(path, ec)) return "output path '" + final_path + "' is a folder";
+  if (fs::exists(path, ec) && !overwrite)
+    return "output file '" + final_path + "' exists already (run.overwrite = true replaces it)";
+  if (path.has_parent_path() && !fs::exists(path.parent_path(), ec)) {
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) return "cannot create output folder '" + path.parent_path().string() + "': " + ec.message();
+  }
+  return {};
+}
+
+// Every process returns process 0's string (used to fail on all processes together).
+std::string broadcast_string(MPI_Comm comm, std::string s) {
+  int n = static_cast<int>(s.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+  s.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm);
+  return s;
+}
+
+// Copies at most out.size() bytes, cut back to a UTF-8 character boundary; the rest stays zero.
+template <std::size_t N>
+void copy_truncated(const std::string& s, std::array<char, N>& out) {
+  std::size_t n = std::min(s.size(), N);
+  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0u) == 0x80u) --n;
+  std::memcpy(out.data(), s.data(), n);
+}
+
+hsize_t product(const std::vector<hsize_t>& dims, std::size_t from = 0) {
+  hsize_t p = 1;
+  for (std::size_t i = from; i < dims.size(); ++i) p *= dims[i];
+  return p;
+}
+
+void write_dataset_attrs(hid_t dset, const std::string& dims, const std::string& description) {
+  h5::write_string_attr(dset, "dims", dims);
+  h5::write_string_attr(dset, "description", description);
+}
+
+// A fixed-size (contiguous) dataset at an absolute path, intermediate groups created.
+h5::Dataset create_fixed(hid_t file, const std::string& path, hid_t file_type, const std::vector<hsize_t>& shape,
+                         const std::string& dims, const std::string& description) {
+  const h5::Dataspace space(
+      h5::check(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "dataspace of " + path));
+  const h5::Plist lcpl(h5::check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(link)"));
+  h5::check(H5Pset_create_intermediate_group(lcpl, 1), "H5Pset_create_intermediate_group");
+  h5::Dataset dset(h5::check(H5Dcreate2(file, path.c_str(), file_type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+                             "creating dataset '" + path + "'"));
+  write_dataset_attrs(dset, dims, description);
+  return dset;
+}
+
+// Collective write of a whole fixed-size dataset from process 0's buffer of n values (others select
+// nothing but take part).
+void write_from_root(hid_t dset, hid_t mem_type, const void* data, hsize_t n, int proc, hid_t dxpl,
+                     const std::string& path) {
+  if (n == 0) return;  // same n on every process
+  const h5::Dataspace file_space(h5::check(H5Dget_space(dset), "H5Dget_space " + path));
+  const h5::Dataspace mem_space(h5::check(H5Screate_simple(1, &n, nullptr), "memory space of " + path));
+  if (proc != 0) {
+    h5::check(H5Sselect_none(file_space), "H5Sselect_none");
+    h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
+  }
+  h5::check(H5Dwrite(dset, mem_type, mem_space, file_space, dxpl, data), "writing '" + path + "'");
+}
+
+void insert_member(hid_t compound, const char* name, std::size_t offset, hid_t type) {
+  h5::check(H5Tinsert(compound, name, offset, type), std::string("H5Tinsert ") + name);
+}
+
+}  // namespace
+
+TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite,
+                                   const TrajectoryLayout& layout, const RootAttributes& attrs,
+                                   const std::vector<FaultRow>& faults)
+    : comm_(comm), final_path_(final_path), partial_path_(final_path + ".partial"), layout_(layout) {
+  validate(layout_);
+  capacity_ = static_cast<hsize_t>(layout_.flush_every);
+  MPI_Comm_rank(comm_, &proc_);
+  h5::silence_error_printing();
+
+  const std::string problem = broadcast_string(comm_, proc_ == 0 ? prepare_output(final_path_, overwrite) : "");
+  if (!problem.empty()) throw IoError(problem);
+
+  const h5::Plist fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)"));
+  h5::check(H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+  // Metadata is written by all processes together in large collective writes; every process makes
+  // every metadata call below with identical arguments, which these settings require.
+  h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+  h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
+  // Small metadata allocations are aggregated into 64 KiB blocks; large chunks start on 1 MiB
+  // (typical parallel file system stripe) boundaries.
+  h5::check(H5Pset_meta_block_size(fapl, 64 << 10), "H5Pset_meta_block_size");
+  h5::check(H5Pset_alignment(fapl, 1 << 20, 1 << 20), "H5Pset_alignment");
+  file_ = h5::File(h5::check(H5Fcreate(partial_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                             "creating HDF5 file '" + partial_path_ + "'"));
+
+  collective_ = h5::Plist(h5::check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate(transfer)"));
+  h5::check(H5Pset_dxpl_mpio(collective_, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+
+  h5::write_int64_attr(file_, "schema_version", kSchemaVersion);
+  h5::write_int64_attr(file_, "world_size", layout_.world_size);
+  h5::write_string_attr(file_, "divsim_version", attrs.divsim_version);
+  h5::write_string_attr(file_, "git_sha", attrs.git_sha);
+  h5::write_string_attr(file_, "created", attrs.created);
+  h5::write_string_attr(file_, "config", attrs.config);
+  h5::write_string_attr(file_, "env", attrs.env);
+  for (const auto& [key, value] : attrs.extra) h5::write_string_attr(file_, key, value);
+
+  for (const char* group : {"/train", "/layers", "/eval"})
+    h5::Group(h5::check(H5Gcreate2(file_, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                        std::string("creating group ") + group));
+
+  const auto W = static_cast<hsize_t>(layout_.world_size);
+  const auto L = static_cast<hsize_t>(layout_.layer_names.size());
+  train_step_ = make_series<std::int64_t>("/train/step", H5T_STD_I64LE, {}, false, "step",
+                                          "optimizer step of each row");
+  global_loss_ = make_series<double>("/train/global_loss", H5T_IEEE_F64LE, {}, false, "step",
+                                     "mean loss over the whole global batch of the step");
+  const std::array<std::pair<const char*, const char*>, 6> cols{{
+      {"/train/loss", "rank's local loss: mean over the samples it processed in the step, before reduction"},
+      {"/train/grad_norm_local", "L2 norm of the rank's gradient before reduction"},
+      {"/train/grad_norm", "L2 norm of the gradient the rank's optimizer applied"},
+      {"/train/param_norm", "L2 norm of all parameters of the rank's replica"},
+      {"/train/lr", "learning rate the rank's optimizer used in the step"},
+      {"/train/loss_scale", "loss scale the rank used in the step (1 without loss scaling)"},
+  }};
+  for (std::size_t i = 0; i < cols.size(); ++i)
+    train_cols_[i] = make_series<double>(cols[i].first, H5T_IEEE_F64LE, {W}, true, "step,rank", cols[i].second);
+  param_hash_ = make_series<std::uint64_t>(
+      "/train/param_hash", H5T_STD_U64LE, {W}, true, "step,rank",
+      "64-bit hash of the bits of all parameters of the rank's replica: replicas in sync <=> equal");
+  if (layout_.record_samples)
+    samples_ = make_series<std::int64_t>("/train/samples", H5T_STD_I64LE,
+                                         {W, static_cast<hsize_t>(layout_.samples_per_step)}, true,
+                                         "step,rank,sample",
+                                         "global dataset indices of the samples the rank consumed in the step");
+
+  layers_step_ = make_series<std::int64_t>("/layers/step", H5T_STD_I64LE, {}, false, "step",
+                                           "optimizer steps at which layer statistics were taken");
+  forward_ = make_series<double>("/layers/forward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
+                                 "step,rank,layer,stat",
+                                 "statistics of each layer's output over the rank's samples (see stats)");
+  backward_ = make_series<double>("/layers/backward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
+                                  "step,rank,layer,stat",
+                                  "statistics of the loss gradient w.r.t. each layer's output (see stats)");
+  const std::vector<std::string> stats(std::begin(kStats), std::end(kStats));
+  h5::write_strings_attr(forward_.dataset, "stats", stats);
+  h5::write_strings_attr(backward_.dataset, "stats", stats);
+  layer_grad_norm_ = make_series<double>("/layers/grad_norm", H5T_IEEE_F64LE, {W, L}, true, "step,rank,layer",
+                                         "L2 norm of the gradient of each layer's parameters on the rank");
+
+  eval_step_ = make_series<std::int64_t>("/eval/step", H5T_STD_I64LE, {}, false, "step",
+                                         "optimizer step after which the evaluation ran");
+  eval_loss_ = make_series<double>("/eval/loss", H5T_IEEE_F64LE, {W}, true, "step,rank",
+                                   "mean loss of the rank's own replica on the test set");
+  eval_accuracy_ = make_series<double>("/eval/accuracy", H5T_IEEE_F64LE, {W}, true, "step,rank",
+                                       "top-1 accuracy of the rank's own replica on the test set (fraction)");
+
+  // /layers/names: fixed-length strings as wide as the longest name.
+  std::size_t width = 1;
+  for (const auto& n : layout_.layer_names) width = std::max(width, n.size());
+  std::vector<char> names(L * width, '\0');
+  for (std::size_t i = 0; i < L; ++i)
+    std::memcpy(names.data() + i * width, layout_.layer_names[i].data(), layout_.layer_names[i].size());
+  const h5::Datatype name_type = h5::fixed_string_type(width);
+  const h5::Dataset names_dset = create_fixed(file_, "/layers/names", name_type, {L}, "layer",
+                                              "recorded layer names, in the order of the layer axis");
+  write_from_root(names_dset, name_type, names.data(), L, proc_, collective_, "/layers/names");
+
+  // /events: packed compound in the file; EventRecord (with padding) in memory.
+  const h5::Datatype kind_type = h5::fixed_string_type(kEventKindSize);
+  const h5::Datatype detail_type = h5::fixed_string_type(kEventDetailSize);
+  event_mem_type_ = h5::Datatype(h5::check(H5Tcreate(H5T_COMPOUND, sizeof(EventRecord)), "H5Tcreate(event)"));
+  insert_member(event_mem_type_, "step", offsetof(EventRecord, step), H5T_NATIVE_INT64);
+  insert_member(event_mem_type_, "rank", offsetof(EventRecord, rank), H5T_NATIVE_INT32);
+  insert_member(event_mem_type_, "kind", offsetof(EventRecord, kind), kind_type);
+  insert_member(event_mem_type_, "detail", offsetof(EventRecord, detail), detail_type);
+  event_file_type_ = h5::Datatype(
+      h5::check(H5Tcreate(H5T_COMPOUND, 8 + 4 + kEventKindSize + kEventDetailSize), "H5Tcreate(event)"));
+  insert_member(event_file_type_, "step", 0, H5T_STD_I64LE);
+  insert_member(event_file_type_, "rank", 8, H5T_STD_I32LE);
+  insert_member(event_file_type_, "kind", 12, kind_type);
+  insert_member(event_file_type_, "detail", 12 + kEventKindSize, detail_type);
+  {
+    const hsize_t zero = 0, unlimited = H5S_UNLIMITED;
+    const h5::Dataspace space(h5::check(H5Screate_simple(1, &zero, &unlimited), "dataspace of /events"));
+    const h5::Plist dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset)"));
+    h5::check(H5Pset_chunk(dcpl, 1, &kEventChunkRows), "H5Pset_chunk /events");
+    h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+    events_ = h5::Dataset(h5::check(
+        H5Dcreate2(file_, "/events", event_file_type_, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "creating /events"));
+    write_dataset_attrs(events_, "event",
+                        "event log: step, logical rank (-1: all ranks), kind, detail; sorted by (step, rank) "
+                        "within each flush");
+  }
+
+  // /faults: packed compound, strings as wide as the longest value; memory rows use the same offsets.
+  std::size_t w_name = 1, w_ranks = 1, w_spec = 1;
+  for (const auto& f : faults) {
+    w_name = std::max(w_name, f.name.size());
+    w_ranks = std::max(w_ranks, f.ranks.size());
+    w_spec = std::max(w_spec, f.spec.size());
+  }
+  const std::size_t o_ranks = w_name, o_spec = o_ranks + w_ranks, o_start = o_spec + w_spec;
+  const std::size_t o_stop = o_start + 8, o_every = o_stop + 8, o_prob = o_every + 8, row_size = o_prob + 8;
+  const h5::Datatype name_t = h5::fixed_string_type(w_name), ranks_t = h5::fixed_string_type(w_ranks),
+                     spec_t = h5::fixed_string_type(w_spec);
+  const auto fault_type = [&](hid_t i64, hid_t f64) {
+    h5::Datatype t(h5::check(H5Tcreate(H5T_COMPOUND, row_size), "H5Tcreate(fault)"));
+    insert_member(t, "name", 0, name_t);
+    insert_member(t, "ranks", o_ranks, ranks_t);
+    insert_member(t, "spec", o_spec, spec_t);
+    insert_member(t, "start", o_start, i64);
+    insert_member(t, "stop", o_stop, i64);
+    insert_member(t, "every", o_every, i64);
+    insert_member(t, "prob", o_prob, f64);
+    return t;
+  };
+  std::vector<char> rows(faults.size() * row_size, '\0');
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    char* r = rows.data() + i * row_size;
+    const FaultRow& f = faults[i];
+    std::memcpy(r, f.name.data(), f.name.size());
+    std::memcpy(r + o_ranks, f.ranks.data(), f.ranks.size());
+    std::memcpy(r + o_spec, f.spec.data(), f.spec.size());
+    std::memcpy(r + o_start, &f.start, 8);
+    std::memcpy(r + o_stop, &f.stop, 8);
+    std::memcpy(r + o_every, &f.every, 8);
+    std::memcpy(r + o_prob, &f.prob, 8);
+  }
+  const h5::Dataset faults_dset =
+      create_fixed(file_, "/faults", fault_type(H5T_STD_I64LE, H5T_IEEE_F64LE), {faults.size()}, "fault",
+                   "injected faults as configured: name, ranks, spec (as given), start, stop, every, prob");
+  write_from_root(faults_dset, fault_type(H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE), rows.data(), faults.size(), proc_,
+                  collective_, "/faults");
+
+  h5::check(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+}
+
+TrajectoryWriter::~TrajectoryWriter() = default;
+
+std::string TrajectoryWriter::partial_path() const { return partial_path_; }
+
+template <class T>
+TrajectoryWriter::Series<T> TrajectoryWriter::make_series(const std::string& path, hid_t file_type,
+                                                          std::vector<hsize_t> row_dims, bool per_rank,
+                                                          const std::string& dims, const std::string& description) {
+  Series<T> s;
+  s.path = path;
+  s.row_dims = std::move(row_dims);
+  s.per_rank = per_rank;
+  const std::size_t rank = 1 + s.row_dims.size();
+  std::vector<hsize_t> cur(rank, 0), max(rank, H5S_UNLIMITED), chunk(rank, 1);
+  for (std::size_t i = 1; i < rank; ++i) {
+    cur[i] = s.row_dims[i - 1];
+    // HDF5 wants 1 <= chunk <= max on fixed axes; an empty axis (no layers) gets room for one.
+    max[i] = chunk[i] = std::max<hsize_t>(cur[i], 1);
+  }
+  const hsize_t row_bytes = product(chunk) * sizeof(T);
+  chunk[0] = std::clamp<hsize_t>(kMaxChunkBytes / row_bytes, 1, static_cast<hsize_t>(layout_.chunk_steps));
+
+  const h5::Dataspace space(h5::check(H5Screate_simple(static_cast<int>(rank), cur.data(), max.data()),
+                                      "dataspace of " + path));
+  const h5::Plist dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset)"));
+  h5::check(H5Pset_chunk(dcpl, static_cast<int>(rank), chunk.data()), "H5Pset_chunk " + path);
+  // Rows are always written before the extent covers them: filling chunks first would only cost I/O.
+  h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  s.dataset = h5::Dataset(h5::check(H5Dcreate2(file_, path.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                                    "creating dataset '" + path + "'"));
+  write_dataset_attrs(s.dataset, dims, description);
+
+  s.local_row = static_cast<std::size_t>(per_rank ? product(s.row_dims, 1) * static_cast<hsize_t>(layout_.rank_count)
+                                                  : product(s.row_dims));
+  s.buffer.assign(static_cast<std::size_t>(capacity_) * s.local_row, T{});
+  return s;
+}
+
+template <class T>
+void TrajectoryWriter::put(Series<T>& s, const Block& b, std::span<const T> values) {
+  if (values.size() != s.local_row)
+    throw std::invalid_argument("TrajectoryWriter: " + s.path + " expects " + std::to_string(s.local_row) +
+                                " values per step from this process, got " + std::to_string(values.size()));
+  std::copy(values.begin(), values.end(), s.buffer.begin() + static_cast<std::ptrdiff_t>(b.pending * s.local_row));
+}
+
+template <class T>
+void TrajectoryWriter::write_rows(Series<T>& s, const Block& b) {
+  const std::size_t rank = 1 + s.row_dims.size();
+  std::array<hsize_t, 4> dims{}, start{}, count{};  // at most [step, rank, layer, stat]
+  dims[0] = b.written + b.pending;
+  start[0] = b.written;
+  count[0] = b.pending;
+  for (std::size_t i = 1; i < rank; ++i) dims[i] = count[i] = s.row_dims[i - 1];
+  h5::check(H5Dset_extent(s.dataset, dims.data()), "extending " + s.path);
+  if (s.local_row == 0) return;  // an empty layer axis: nothing to write, on every process
+
+  if (s.per_rank) {
+    start[1] = static_cast<hsize_t>(layout_.rank_begin);
+    count[1] = static_cast<hsize_t>(layout_.rank_count);
+  }
+  const hsize_t n = b.pending * s.local_row;
+  const h5::Dataspace file_space(h5::check(H5Dget_space(s.dataset), "H5Dget_space " + s.path));
+  const h5::Dataspace mem_space(h5::check(H5Screate_simple(1, &n, nullptr), "memory space of " + s.path));
+  if (s.per_rank || proc_ == 0) {
+    h5::check(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+              "selecting rows of " + s.path);
+  } else {  // rank-independent rows: process 0 writes them, the others take part with nothing
+    h5::check(H5Sselect_none(file_space), "H5Sselect_none");
+    h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
+  }
+  h5::check(H5Dwrite(s.dataset, native_type<T>(), mem_space, file_space, collective_, s.buffer.data()),
+            "writing " + s.path + " to '" + partial_path_ + "'");
+}
+
+void TrajectoryWriter::require_open(const char* call) const {
+  if (!file_) throw std::logic_error(std::string("TrajectoryWriter::") + call + " called after finish()");
+}
+
+void TrajectoryWriter::append_train(const TrainRow& row) {
+  require_open("append_train");
+  // A full block is written when the next step begins, so that the layer, eval and event records the
+  // caller adds after a step's train row land in the same flush as that row.
+  if (train_.pending == capacity_) flush();
+  put(train_step_, train_, std::span<const std::int64_t>(&row.step, 1));
+  put(global_loss_, train_, std::span<const double>(&row.global_loss, 1));
+  const std::array<std::span<const double>, 6> cols{row.loss, row.grad_norm_local, row.grad_norm,
+                                                    row.param_norm, row.lr, row.loss_scale};
+  for (std::size_t i = 0; i < cols.size(); ++i) put(train_cols_[i], train_, cols[i]);
+  put(param_hash_, train_, row.param_hash);
+  if (layout_.record_samples) put(samples_, train_, row.samples);
+  ++train_.pending;
+}
+
+void TrajectoryWriter::append_layers(std::int64_t step, std::span<const double> forward,
+                                     std::span<const double> backward, std::span<const double> grad_norm) {
+  require_open("append_layers");
+  if (layers_.pending == capacity_) flush();  // only if called more often than once per train step
+  put(layers_step_, layers_, std::span<const std::int64_t>(&step, 1));
+  put(forward_, layers_, forward);
+  put(backward_, layers_, backward);
+  put(layer_grad_norm_, layers_, grad_norm);
+  ++layers_.pending;
+}
+
+void TrajectoryWriter::append_eval(std::int64_t step, std::span<const double> loss,
+                                   std::span<const double> accuracy) {
+  require_open("append_eval");
+  if (eval_.pending == capacity_) flush();  // only if called more often than once per train step
+  put(eval_step_, eval_, std::span<const std::int64_t>(&step, 1));
+  put(eval_loss_, eval_, loss);
+  put(eval_accuracy_, eval_, accuracy);
+  ++eval_.pending;
+}
+
+void TrajectoryWriter::add_event(std::int64_t step, int rank, const std::string& kind, const std::string& detail) {
+  require_open("add_event");
+  EventRecord e{};
+  e.step = step;
+  e.rank = rank;
+  copy_truncated(kind, e.kind);
+  copy_truncated(detail, e.detail);
+  pending_events_.push_back(e);
+}
+
+void TrajectoryWriter::write_events() {
+  int procs = 1;
+  MPI_Comm_size(comm_, &procs);
+  // Events are rare (fault activations, overflows): far below 2^31 bytes per flush.
+  const int local_bytes = static_cast<int>(pending_events_.size() * sizeof(EventRecord));
+  std::vector<int> bytes(proc_ == 0 ? static_cast<std::size_t>(procs) : 0), displs(bytes.size());
+  MPI_Gather(&local_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, 0, comm_);
+  std::vector<EventRecord> all;
+  if (proc_ == 0) {
+    int total = 0;
+    for (std::size_t p = 0; p < bytes.size(); ++p) {
+      displs[p] = total;
+      total += bytes[p];
+    }
+    all.resize(static_cast<std::size_t>(total) / sizeof(EventRecord));
+  }
+  MPI_Gatherv(pending_events_.data(), local_bytes, MPI_BYTE, all.data(), bytes.data(), displs.data(), MPI_BYTE, 0,
+              comm_);
+  pending_events_.clear();
+  std::stable_sort(all.begin(), all.end(), [](const EventRecord& a, const EventRecord& b) {
+    return a.step != b.step ? a.step < b.step : a.rank < b.rank;
+  });
+
+  unsigned long long count = all.size();
+  MPI_Bcast(&count, 1, MPI_UNSIGNED_LONG_LONG, 0, comm_);
+  if (count == 0) return;
+  const hsize_t first = events_written_, n = count, extent = first + n;
+  h5::check(H5Dset_extent(events_, &extent), "extending /events");
+  const h5::Dataspace file_space(h5::check(H5Dget_space(events_), "H5Dget_space /events"));
+  const h5::Dataspace mem_space(h5::check(H5Screate_simple(1, &n, nullptr), "memory space of /events"));
+  if (proc_ == 0) {
+    h5::check(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &first, nullptr, &n, nullptr), "selecting /events");
+  } else {
+    h5::check(H5Sselect_none(file_space), "H5Sselect_none");
+    h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
+  }
+  h5::check(H5Dwrite(events_, event_mem_type_, mem_space, file_space, collective_, all.data()),
+            "writing /events to '" + partial_path_ + "'");
+  events_written_ = extent;
+}
+
+void TrajectoryWriter::write_array(const std::string& path, std::span<const float> values,
+                                   const std::vector<std::int64_t>& shape, const std::string& dims,
+                                   const std::string& description) {
+  require_open("write_array");
+  std::vector<hsize_t> file_shape;
+  for (const auto d : shape) {
+    if (d < 0) throw std::invalid_argument("TrajectoryWriter::write_array " + path + ": negative dimension");
+    file_shape.push_back(static_cast<hsize_t>(d));
+  }
+  const hsize_t n = product(file_shape);
+  if (values.size() != n)
+    throw std::invalid_argument("TrajectoryWriter::write_array " + path + ": shape holds " + std::to_string(n) +
+                                " values, got " + std::to_string(values.size()));
+  const h5::Dataset dset = create_fixed(file_, path, H5T_IEEE_F32LE, file_shape, dims, description);
+  write_from_root(dset, H5T_NATIVE_FLOAT, values.data(), n, proc_, collective_, path);
+}
+
+void TrajectoryWriter::flush() {
+  require_open("flush");
+  if (train_.pending > 0) {
+    write_rows(train_step_, train_);
+    write_rows(global_loss_, train_);
+    for (auto& c : train_cols_) write_rows(c, train_);
+    write_rows(param_hash_, train_);
+    if (layout_.record_samples) write_rows(samples_, train_);
+    train_.written += std::exchange(train_.pending, 0);
+  }
+  if (layers_.pending > 0) {
+    write_rows(layers_step_, layers_);
+    write_rows(forward_, layers_);
+    write_rows(backward_, layers_);
+    write_rows(layer_grad_norm_, layers_);
+    layers_.written += std::exchange(layers_.pending, 0);
+  }
+  if (eval_.pending > 0) {
+    write_rows(eval_step_, eval_);
+    write_rows(eval_loss_, eval_);
+    write_rows(eval_accuracy_, eval_);
+    eval_.written += std::exchange(eval_.pending, 0);
+  }
+  write_events();
+  h5::check(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+}
+
+void TrajectoryWriter::finish() {
+  require_open("finish");
+  flush();
+  // The MPI-IO driver closes a file only once nothing in it is open.
+  for (auto* s : {&train_step_, &layers_step_, &eval_step_, &samples_}) s->dataset.reset();
+  for (auto* s : {&global_loss_, &forward_, &backward_, &layer_grad_norm_, &eval_loss_, &eval_accuracy_})
+    s->dataset.reset();
+  for (auto& c : train_cols_) c.dataset.reset();
+  param_hash_.dataset.reset();
+  events_.reset();
+  file_.close("closing '" + partial_path_ + "'");
+  // Nothing HDF5 stays held, so a finished writer may even outlive MPI_Finalize (which closes HDF5).
+  collective_.reset();
+  event_mem_type_.reset();
+  event_file_type_.reset();
+
+  std::string problem;
+  if (proc_ == 0) {
+    std::error_code ec;
+    fs::rename(partial_path_, final_path_, ec);
+    if (ec) problem = "cannot rename '" + partial_path_ + "' to '" + final_path_ + "': " + ec.message();
+  }
+  // Process 0 renames before it broadcasts: when this returns, the final file exists on every process.
+  problem = broadcast_string(comm_, problem);
+  if (!problem.empty()) throw IoError(problem);
+}
+
+}  // namespace divsim

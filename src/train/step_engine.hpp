@@ -1,0 +1,82 @@
+#pragma once
+// Forward, loss and backward of one micro-step for all of this process's logical ranks, in lockstep
+// layer by layer, so that SyncBatchNorm can reduce batch statistics across every logical rank in the
+// middle of the pass. Also evaluation with each rank's own replica.
+//
+// Chunks: in deterministic mode a rank's micro-batch is processed as fixed chunks of `chunk` samples
+// (the same shapes whatever the world size, so every chunk's float results are identical bits), and each
+// chunk's parameter gradient goes to its own slot of Replica::grads for the reducer to sum exactly. In the
+// other modes the whole micro-batch is one chunk and every micro-step accumulates into slot 0, as
+// PyTorch accumulates .grad.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "comm/reducer.hpp"
+#include "data/dataset.hpp"
+#include "model/layers.hpp"
+#include "model/mlp.hpp"
+#include "train/batch_plan.hpp"
+#include "train/replica.hpp"
+
+namespace divsim {
+
+struct EngineSettings {
+  BatchPlan plan;
+  std::int64_t chunk = 0;      // rows per chunk (== micro_batch unless deterministic)
+  bool deterministic = false;  // one gradient slot per chunk of the step
+  bool sync_bn = false;        // BN statistics over all logical ranks
+  bool augment = false;
+  double label_smoothing = 0.0;
+  std::uint64_t seed = 0;
+  float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample
+};
+
+// Per-layer statistics of one step for this process's ranks: [rank_count][L][kStatCount] and [rank_count][L].
+struct LayerStatsBuffer {
+  std::vector<double> forward, backward, grad_norm;
+};
+
+class StepEngine {
+ public:
+  StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
+
+  int grad_parts() const { return grad_parts_; }     // gradient slots per replica
+  int chunks_per_micro() const { return chunks_per_micro_; }
+  void allocate(Replica& r) const;                    // sizes gradients and workspace once
+
+  // Micro-step `micro` of optimizer step `step` over the samples already in each replica's `samples`.
+  // Gradients accumulate into the replicas' slots; losses into loss_parts/loss_sum. When `stats` is
+  // given, layer statistics of this micro-step are written into it.
+  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats);
+
+  // Mean cross-entropy and accuracy of one replica on a dataset (eval mode: running BN statistics, no
+  // dropout), in batches of a fixed size so the result does not depend on the world size.
+  struct EvalResult { double loss = 0.0, accuracy = 0.0; };
+  EvalResult evaluate(const Replica& r, const Dataset& data);
+
+ private:
+  void gather_inputs(Replica& r, std::int64_t step) const;
+  void forward_layer(std::span<Replica> replicas, std::size_t l, std::int64_t step);
+  void batchnorm_forward(std::span<Replica> replicas, const Layer& layer);
+  void backward_layer(std::span<Replica> replicas, std::size_t l, int micro);
+  void batchnorm_backward(std::span<Replica> replicas, const Layer& layer, int micro);
+  // Combine per-chunk partial sums [rank_count][chunks][n] into per-rank totals [rank_count][n]: across
+  // all logical ranks (sync_bn, identical totals) or within each rank. Returns the row count they cover.
+  double combine_bn_sums(std::size_t ranks, std::size_t n);
+  // Matmul inputs in the replica's precision (rounded copies unless fp32).
+  ConstMatView matmul_input(const Replica& r, ConstMatView m, std::vector<float>& scratch) const;
+  const float* layer_input(const Replica& r, std::size_t l) const;
+
+  const Mlp& model_;
+  const Dataset& data_;
+  Reducer& reducer_;
+  EngineSettings s_;
+  int chunks_per_micro_ = 1, grad_parts_ = 1;
+  std::vector<double> bn_parts_, bn_totals_, bn_means_;    // scratch for BN statistics
+  std::vector<float> round_a_, round_b_, round_c_;         // precision-emulation scratch
+  std::vector<float> eval_a_, eval_b_;                     // eval ping-pong
+  std::vector<std::int32_t> eval_labels_;
+};
+
+}  // namespace divsim

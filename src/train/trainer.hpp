@@ -1,0 +1,46 @@
+#pragma once
+// The run: set-up (data, model, replicas, sampler, reducer, output file) and the optimizer-step loop
+// (micro-batches, accumulation, sync, clip, optimizer, buffer sync, record, eval).
+//
+// Set-up validates everything that depends on the world size *before* the output file is created, so
+// a bad configuration leaves nothing behind. The loop knows no fault by name.
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "config/run_config.hpp"
+
+namespace divsim {
+
+struct RunSummary {
+  std::int64_t steps = 0;
+  int world_size = 1;
+  double seconds = 0.0;          // wall time of the step loop
+  double eval_loss_min = 0, eval_loss_max = 0, eval_acc_min = 0, eval_acc_max = 0;  // final eval over ranks
+  std::string output;
+};
+
+// Thrown on every process when set-up failed on any of them, after they agreed on it collectively, so
+// the job ends without MPI_Abort and the message is printed once: `report` is true on exactly one
+// process (the lowest failing one), whose what() is the original message.
+class SetupFailure : public std::runtime_error {
+ public:
+  SetupFailure(const std::string& message, int exit_code, bool report)
+      : std::runtime_error(message), exit_code_(exit_code), report_(report) {}
+  int exit_code() const { return exit_code_; }
+  bool report() const { return report_; }
+
+ private:
+  int exit_code_;
+  bool report_;
+};
+
+// Exit code for an exception at the program's edge: 2 bad input, 3 runtime I/O, 1 otherwise.
+int exit_code_for(const std::exception_ptr& e);
+
+RunSummary run_training(const RunConfig& cfg, MPI_Comm comm);
+
+}  // namespace divsim

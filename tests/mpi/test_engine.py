@@ -1,0 +1,104 @@
+"""Engine integration tests (issue: the training-loop engine): schema, replicas in sync, bitwise
+reproducibility, bad input, --print-config round trip, and the default scenario's accuracy."""
+import os
+
+import h5py
+import numpy as np
+
+from divsim_testlib import datasets, expect, parse_args, run, same_bits
+
+SMALL = ["--data.train_size=4096", "--data.test_size=1000", "--batch.global=128", "--train.steps=40",
+         "--record.layers_every=5", "--record.flush_every=7", "--record.samples=true", "--train.eval_every=20"]
+
+
+def schema(args):
+    w = args.ranks
+    run(args, SMALL + ["--run.out=run.h5"])
+    path = os.path.join(args.workdir, "run.h5")
+    expect(os.path.exists(path) and not os.path.exists(path + ".partial"), "final file exists, no .partial left")
+    with h5py.File(path, "r") as f:
+        expect(f.attrs["schema_version"] == 1 and f.attrs["world_size"] == w, "root attributes")
+        for key in ["divsim_version", "git_sha", "created", "config", "env"]:
+            expect(key in f.attrs, f"root attribute {key}")
+        S, L, B = 40, 5, 128 // w
+        shapes = {"train/step": (S,), "train/global_loss": (S,), "train/loss": (S, w), "train/grad_norm_local": (S, w),
+                  "train/grad_norm": (S, w), "train/param_norm": (S, w), "train/param_hash": (S, w),
+                  "train/lr": (S, w), "train/loss_scale": (S, w), "train/samples": (S, w, B),
+                  "layers/names": (L,), "layers/step": (8,), "layers/forward": (8, w, L, 5),
+                  "layers/backward": (8, w, L, 5), "layers/grad_norm": (8, w, L), "eval/step": (2,),
+                  "eval/loss": (2, w), "eval/accuracy": (2, w)}
+        for name, shape in shapes.items():
+            d = f[name]
+            expect(d.shape == shape, f"{name} shape {d.shape} == {shape}")
+            expect(len(d.attrs["dims"].split(",")) == len(shape) and "description" in d.attrs, f"{name} dims/description")
+        expect(f["train/param_hash"].dtype == np.uint64, "param_hash is uint64")
+        expect((f["train/step"][()] == np.arange(S)).all(), "train/step = 0..S-1")
+        h = f["train/param_hash"][()]
+        expect((h == h[:, :1]).all(), "all ranks' param_hash equal at every step (replicas in sync)")
+        expect(len(np.unique(h[:, 0])) == S, "param_hash changes every step")
+        loss = f["train/loss"][()]
+        expect(np.isclose(f["train/global_loss"][()], loss.mean(axis=1), rtol=1e-12).all(), "global_loss = mean of rank losses")
+        samples = f["train/samples"][()]
+        expect(all(len(np.unique(samples[s])) == 128 for s in range(S)), "no sample twice in a global batch")
+        expect(loss[-1].mean() < loss[0].mean(), "loss decreases")
+        acc = f["eval/accuracy"][()]
+        expect((acc == acc[:, :1]).all() and acc[-1, 0] > 0.6, f"eval accuracy equal on all ranks and learning ({acc[-1, 0]:.3f})")
+
+
+def reproducible(args):
+    extra = SMALL + (["--model.batchnorm=true", "--model.dropout=0.2", "--data.augment=true"] if args.bn_dropout else [])
+    run(args, extra + ["--run.out=a.h5"])
+    run(args, extra + ["--run.out=b.h5"])
+    a, b = datasets(os.path.join(args.workdir, "a.h5")), datasets(os.path.join(args.workdir, "b.h5"))
+    for name in sorted(a):
+        if name.startswith(("train/", "layers/", "eval/")):
+            expect(same_bits(a[name], b[name]), f"{name} bitwise identical across two runs")
+    h = a["train/param_hash"]
+    expect((h == h[:, :1]).all(), "replicas in sync")
+
+
+def bad_input(args):
+    cases = [(["--optim.lr=-1"], "optim.lr"), (["--no.such=1"], "no.such"), (["--optim.lr=abc"], "optim.lr"),
+             (["--batch.global=100"], "batch.global")]  # 100 is not divisible by 3 (run at -n 3)
+    for extra, key in cases:
+        out = os.path.join(args.workdir, "bad.h5")
+        p = run(args, extra + ["--run.out=bad.h5"], ranks=3, check=False)
+        expect(p.returncode == 2, f"{extra} exits 2 (got {p.returncode})")
+        expect(key in p.stderr and p.stderr.count("error") == 1, f"{extra}: one message naming {key}: {p.stderr.strip()}")
+        expect(not os.path.exists(out) and not os.path.exists(out + ".partial"), f"{extra}: no output file")
+    run(args, SMALL + ["--run.out=exists.h5"])
+    p = run(args, SMALL + ["--run.out=exists.h5"], check=False)
+    expect(p.returncode == 2 and "run.out" in p.stderr and "exists.h5" in p.stderr and p.stderr.count("error") == 1,
+           f"existing output refused with exit 2: {p.stderr.strip()}")
+    p = run(args, SMALL + ["--run.out=exists.h5", "--run.overwrite=true"], check=False)
+    expect(p.returncode == 0, "run.overwrite=true replaces it")
+
+
+def print_config(args):
+    extra = SMALL + ["--optim.type=adamw", "--optim.lr=0.001", "--model.hidden=64,32", "--run.seed=7"]
+    p = run(args, extra + ["--print-config"], ranks=1)
+    ini = os.path.join(args.workdir, "effective.ini")
+    with open(ini, "w") as fh:
+        fh.write(p.stdout)
+    run(args, extra + ["--run.out=direct.h5"])
+    run(args, ["--config", ini, "--run.out=replayed.h5"])
+    a, b = datasets(os.path.join(args.workdir, "direct.h5")), datasets(os.path.join(args.workdir, "replayed.h5"))
+    for name in ["train/global_loss", "train/param_hash", "eval/loss"]:
+        expect(same_bits(a[name], b[name]), f"{name}: the printed configuration reproduces the run")
+
+
+def default_accuracy(args):
+    p = run(args, [], timeout=900)
+    print(p.stdout.strip())
+    with h5py.File(os.path.join(args.workdir, "outputs", "baseline.h5"), "r") as f:
+        acc = f["eval/accuracy"][-1]
+        h = f["train/param_hash"][()]
+        expect((acc >= 0.88).all(), f"final eval accuracy >= 0.88 on every rank: {acc}")
+        expect((h == h[:, :1]).all(), "param_hash equal across ranks at every step")
+
+
+if __name__ == "__main__":
+    commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
+                "print-config": print_config, "default-accuracy": default_accuracy}
+    a = parse_args(list(commands))
+    commands[a.command](a)

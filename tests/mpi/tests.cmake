@@ -1,0 +1,29 @@
+# MPI integration tests: the real binary under real mpiexec (oversubscribed on small machines), checked
+# with h5py by tests/mpi/*.py. Each test gets its own output folder under the build tree.
+find_program(DIVSIM_MPIEXEC NAMES mpiexec.mpich mpiexec REQUIRED)
+set(DIVSIM_PYTHON /usr/bin/python3)
+set(DIVSIM_MPI_DIR ${CMAKE_CURRENT_LIST_DIR})
+
+# divsim_mpi_test(NAME <name> LABELS <labels> SCRIPT <script.py> ARGS <args...>)
+function(divsim_mpi_test)
+  cmake_parse_arguments(T "" "NAME;SCRIPT;TIMEOUT" "LABELS;ARGS" ${ARGN})
+  set(workdir ${CMAKE_BINARY_DIR}/test-output/${T_NAME})
+  add_test(NAME ${T_NAME}
+           COMMAND ${DIVSIM_PYTHON} ${DIVSIM_MPI_DIR}/${T_SCRIPT} --divsim $<TARGET_FILE:divsim>
+                   --mpiexec ${DIVSIM_MPIEXEC} --workdir ${workdir} ${T_ARGS})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+                       ENVIRONMENT "PYTHONPATH=${DIVSIM_MPI_DIR}")
+endfunction()
+
+foreach(n 1 2 4)
+  divsim_mpi_test(NAME mpi.schema_and_sync.n${n} LABELS mpi SCRIPT test_engine.py ARGS schema --ranks ${n})
+endforeach()
+divsim_mpi_test(NAME mpi.reproducible.n2 LABELS mpi SCRIPT test_engine.py ARGS reproducible --ranks 2)
+divsim_mpi_test(NAME mpi.reproducible_bn_dropout.n4 LABELS mpi SCRIPT test_engine.py ARGS reproducible --ranks 4 --bn-dropout)
+divsim_mpi_test(NAME mpi.bad_input LABELS mpi SCRIPT test_engine.py ARGS bad-input --ranks 2)
+divsim_mpi_test(NAME mpi.print_config_roundtrip LABELS mpi SCRIPT test_engine.py ARGS print-config --ranks 2)
+divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engine.py ARGS default-accuracy --ranks 4
+                TIMEOUT 900)
