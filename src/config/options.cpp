@@ -178,6 +178,7 @@ const std::vector<Field>& fields() {
       field("run", "out", &R::run, &RunSection::out, "output HDF5 path; empty = outputs/<run.name>.h5"),
       field("run", "overwrite", &R::run, &RunSection::overwrite, "replace an existing output file"),
       field("run", "seed", &R::run, &RunSection::seed, "base key of every random stream"),
+      field("run", "device", &R::run, &RunSection::device, "cpu | cuda (GPU build, one GPU per rank)"),
       field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic"),
       field("data", "root", &R::data, &DataSection::root, "folder of the Fashion-MNIST IDX files"),
       field("data", "train_size", &R::data, &DataSection::train_size, "first N training samples; 0 = all"),
@@ -221,6 +222,7 @@ const std::vector<Field>& fields() {
       field("sampler", "shuffle", &R::sampler, &SamplerSection::shuffle, "reshuffle every epoch"),
       field("sampler", "seed", &R::sampler, &SamplerSection::seed, "sampler seed (shuffled with seed + epoch)"),
       field("dist", "reduce", &R::dist, &DistSection::reduce, "gradient reduction: mpi | deterministic"),
+      field("dist", "backend", &R::dist, &DistSection::backend, "mpi | nccl (needs run.device=cuda)"),
       field("dist", "bucket_cap_mb", &R::dist, &DistSection::bucket_cap_mb, "gradient bucket size in MiB, > 0"),
       field("dist", "broadcast_buffers", &R::dist, &DistSection::broadcast_buffers, "broadcast rank 0's buffers each step"),
       field("dist", "sync_bn", &R::dist, &DistSection::sync_bn, "SyncBatchNorm: batch statistics over all ranks"),
@@ -650,6 +652,10 @@ void validate(const RunConfig& c) {
 
   require_one_of("sampler.mode", c.sampler.mode, {"distributed", "global_batch"});
   require_one_of("dist.reduce", c.dist.reduce, {"mpi", "deterministic"});
+  require_one_of("run.device", c.run.device, {"cpu", "cuda"});
+  require_one_of("dist.backend", c.dist.backend, {"mpi", "nccl"});
+  if (c.dist.backend == "nccl" && c.run.device != "cuda")
+    throw ConfigError("dist.backend", "nccl reduces GPU buffers: it needs run.device=cuda");
   require_double("dist.bucket_cap_mb", c.dist.bucket_cap_mb, c.dist.bucket_cap_mb > 0, "> 0");
   // That world_size is a multiple of the process count is checked once MPI is up.
   require_int("dist.world_size", c.dist.world_size, c.dist.world_size >= 0, ">= 0 (0 = one rank per process)");

@@ -17,6 +17,7 @@ struct RunSection {
   std::string out;                // output path; empty -> outputs/<name>.h5
   bool overwrite = false;         // replace an existing output file
   std::uint64_t seed = 0;         // base key of every random stream
+  std::string device = "cpu";     // cpu | cuda (needs a build with -DDIVSIM_CUDA=ON)
 };
 
 struct DataSection {
@@ -87,6 +88,7 @@ struct SamplerSection {
 
 struct DistSection {
   std::string reduce = "mpi";  // mpi | deterministic
+  std::string backend = "mpi"; // mpi | nccl (GPU builds): who moves the gradient bytes
   double bucket_cap_mb = 25.0;
   bool broadcast_buffers = true;
   bool sync_bn = false;

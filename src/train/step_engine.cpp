@@ -300,7 +300,7 @@ void StepEngine::batchnorm_backward(std::span<Replica> replicas, const Layer& la
   }
 }
 
-StepEngine::EvalResult StepEngine::evaluate(const Replica& r, const Dataset& data) {
+EvalResult StepEngine::evaluate(const Replica& r, const Dataset& data) {
   const auto& layers = model_.layers();
   double loss = 0.0;
   std::int64_t correct = 0;

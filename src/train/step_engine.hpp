@@ -12,48 +12,22 @@
 #include <span>
 #include <vector>
 
-#include "comm/reducer.hpp"
-#include "data/dataset.hpp"
 #include "model/layers.hpp"
-#include "model/mlp.hpp"
-#include "train/batch_plan.hpp"
-#include "train/replica.hpp"
+#include "train/engine.hpp"
 
 namespace divsim {
 
-struct EngineSettings {
-  BatchPlan plan;
-  std::int64_t chunk = 0;      // rows per chunk (== micro_batch unless deterministic)
-  bool deterministic = false;  // one gradient slot per chunk of the step
-  bool sync_bn = false;        // BN statistics over all logical ranks
-  bool augment = false;
-  double label_smoothing = 0.0;
-  std::uint64_t seed = 0;
-  float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample
-};
-
-// Per-layer statistics of one step for this process's ranks: [rank_count][L][kStatCount] and [rank_count][L].
-struct LayerStatsBuffer {
-  std::vector<double> forward, backward, grad_norm;
-};
-
-class StepEngine {
+class StepEngine final : public Engine {
  public:
   StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
 
-  int grad_parts() const { return grad_parts_; }     // gradient slots per replica
+  int grad_parts() const override { return grad_parts_; }
   int chunks_per_micro() const { return chunks_per_micro_; }
-  void allocate(Replica& r) const;                    // sizes gradients and workspace once
+  void allocate(Replica& r) const override;
 
-  // Micro-step `micro` of optimizer step `step` over the samples already in each replica's `samples`.
-  // Gradients accumulate into the replicas' slots; losses into loss_parts/loss_sum. When `stats` is
-  // given, layer statistics of this micro-step are written into it.
-  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats);
+  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) override;
 
-  // Mean cross-entropy and accuracy of one replica on a dataset (eval mode: running BN statistics, no
-  // dropout), in batches of a fixed size so the result does not depend on the world size.
-  struct EvalResult { double loss = 0.0, accuracy = 0.0; };
-  EvalResult evaluate(const Replica& r, const Dataset& data);
+  EvalResult evaluate(const Replica& r, const Dataset& data) override;
 
  private:
   void gather_inputs(Replica& r, std::int64_t step) const;

@@ -22,6 +22,9 @@
 #include "record/trajectory_writer.hpp"
 #include "train/batch_plan.hpp"
 #include "train/step_engine.hpp"
+#ifdef DIVSIM_HAVE_CUDA
+#include "gpu_engine.hpp"
+#endif
 
 namespace divsim {
 namespace {
@@ -180,7 +183,7 @@ class Run {
   std::unique_ptr<Sampler> sampler_;
   std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   std::unique_ptr<Reducer> reducer_;
-  std::unique_ptr<StepEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   std::vector<Replica> replicas_;
 };
 
@@ -228,7 +231,15 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
   rl.num_params = model_.num_params();
   for (const ParamTensor& t : model_.tensors()) rl.tensors.emplace_back(t.offset, t.size);
   reducer_ = make_reducer(mode, comm_, rl);
-  engine_ = std::make_unique<StepEngine>(model_, data_.train, *reducer_, es);
+  if (cfg_.run.device == "cuda") {
+#ifdef DIVSIM_HAVE_CUDA
+    engine_ = make_gpu_engine(model_, data_.train, *reducer_, es, proc_.process, comm_);
+#else
+    throw ConfigError("run.device", "this divsim was built without the GPU backend (configure with -DDIVSIM_CUDA=ON)");
+#endif
+  } else {
+    engine_ = std::make_unique<StepEngine>(model_, data_.train, *reducer_, es);
+  }
 
   replicas_.resize(static_cast<std::size_t>(proc_.rank_count));
   for (int k = 0; k < proc_.rank_count; ++k) {

@@ -167,7 +167,15 @@ RunConfig everything_changed() {
   c.batch = {1000, 16, 4, false};
   c.train = {1234, 3, 50};
   c.sampler = {"global_batch", false, 99};
-  c.dist = {"deterministic", 0.0001, false, true, false, 8, 64};
+  c.dist.reduce = "deterministic";
+  c.dist.backend = "nccl";
+  c.dist.bucket_cap_mb = 0.0001;
+  c.dist.broadcast_buffers = false;
+  c.dist.sync_bn = true;
+  c.dist.broadcast_init = false;
+  c.dist.world_size = 8;
+  c.dist.det_chunk = 64;
+  c.run.device = "cuda";
   c.precision.matmul = "bf16";
   c.record = {0, true, 7, 32};
   c.faults = {"bitflip:ranks=1,start=10,bit=30", "skip_rank:ranks=0+2-3,prob=0.1"};
