@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <boost/version.hpp>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -46,6 +47,23 @@ RootAttributes environment_attributes(MPI_Comm comm) {
       << "hosts=";
   for (auto it = hosts.begin(); it != hosts.end(); ++it) env << (it == hosts.begin() ? "" : ",") << *it;
   a.env = env.str();
+
+  // A batch job's Slurm identity (process 0's view, so every process writes the same attributes).
+  const std::pair<const char*, const char*> slurm[] = {
+      {"SLURM_JOB_ID", "slurm_job_id"}, {"SLURM_ARRAY_JOB_ID", "slurm_array_job_id"},
+      {"SLURM_ARRAY_TASK_ID", "slurm_array_task_id"}, {"SLURM_JOB_NODELIST", "slurm_nodes"},
+      {"SLURM_JOB_NAME", "slurm_job_name"}};
+  int process = 0;
+  MPI_Comm_rank(comm, &process);
+  for (const auto& [variable, attribute] : slurm) {
+    const char* v = process == 0 ? std::getenv(variable) : nullptr;
+    std::string value = v ? v : "";
+    int length = static_cast<int>(value.size());
+    MPI_Bcast(&length, 1, MPI_INT, 0, comm);
+    value.resize(static_cast<std::size_t>(length));
+    MPI_Bcast(value.data(), length, MPI_CHAR, 0, comm);
+    if (!value.empty()) a.extra[attribute] = value;
+  }
   return a;
 }
 
