@@ -7,6 +7,7 @@
 
 #include "comm/collectives.hpp"
 #include "comm/reducer.hpp"
+#include "comm/statistics.hpp"
 
 namespace divsim {
 namespace {
@@ -28,13 +29,7 @@ class MpiReducer final : public Reducer {
   }
 
   void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
-    const std::size_t n = out.size();
-    std::fill(out.begin(), out.end(), 0.0);
-    const std::size_t rows = values.size() / n;
-    if (rows != static_cast<std::size_t>(layout_.rank_count * parts)) throw std::logic_error("sum_statistics: bad layout");
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t i = 0; i < n; ++i) out[i] += values[r * n + i];
-    allreduce_in_place(out.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_);
+    sum_statistics_allreduce(values, layout_.rank_count * parts, out, comm_);
   }
 
  private:
@@ -43,6 +38,15 @@ class MpiReducer final : public Reducer {
 };
 
 }  // namespace
+
+void sum_statistics_allreduce(std::span<const double> values, int rows, std::span<double> out, MPI_Comm comm) {
+  const std::size_t n = out.size();
+  if (values.size() != static_cast<std::size_t>(rows) * n) throw std::logic_error("sum_statistics: bad layout");
+  std::fill(out.begin(), out.end(), 0.0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
+    for (std::size_t i = 0; i < n; ++i) out[i] += values[r * n + i];
+  allreduce_in_place(out.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm);
+}
 
 std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm, const ReduceLayout& layout) {
   return std::make_unique<MpiReducer>(comm, layout);

@@ -18,7 +18,7 @@
 
 namespace divsim {
 
-enum class ReduceMode { mpi, deterministic };
+enum class ReduceMode { mpi, ring, deterministic };
 ReduceMode parse_reduce_mode(const std::string& name);  // throws std::invalid_argument
 
 struct ReduceLayout {
@@ -27,6 +27,7 @@ struct ReduceLayout {
   // The gradient's tensors as [offset, offset+size) ranges of the flat buffer, in parameter order.
   std::vector<std::pair<std::size_t, std::size_t>> tensors;
   std::size_t num_params = 0;
+  double bucket_cap_mb = 25.0;        // ring: DDP bucket_cap_mb
 };
 
 class Reducer {

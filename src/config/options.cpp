@@ -221,7 +221,7 @@ const std::vector<Field>& fields() {
       field("sampler", "mode", &R::sampler, &SamplerSection::mode, "distributed | global_batch"),
       field("sampler", "shuffle", &R::sampler, &SamplerSection::shuffle, "reshuffle every epoch"),
       field("sampler", "seed", &R::sampler, &SamplerSection::seed, "sampler seed (shuffled with seed + epoch)"),
-      field("dist", "reduce", &R::dist, &DistSection::reduce, "gradient reduction: mpi | deterministic"),
+      field("dist", "reduce", &R::dist, &DistSection::reduce, "gradient reduction: mpi | ring | deterministic"),
       field("dist", "backend", &R::dist, &DistSection::backend, "mpi | nccl (needs run.device=cuda)"),
       field("dist", "bucket_cap_mb", &R::dist, &DistSection::bucket_cap_mb, "gradient bucket size in MiB, > 0"),
       field("dist", "broadcast_buffers", &R::dist, &DistSection::broadcast_buffers, "broadcast rank 0's buffers each step"),
@@ -651,7 +651,7 @@ void validate(const RunConfig& c) {
   require_int("train.eval_every", c.train.eval_every, c.train.eval_every >= 0, ">= 0 (0 = only at the end)");
 
   require_one_of("sampler.mode", c.sampler.mode, {"distributed", "global_batch"});
-  require_one_of("dist.reduce", c.dist.reduce, {"mpi", "deterministic"});
+  require_one_of("dist.reduce", c.dist.reduce, {"mpi", "ring", "deterministic"});
   require_one_of("run.device", c.run.device, {"cpu", "cuda"});
   require_one_of("dist.backend", c.dist.backend, {"mpi", "nccl"});
   if (c.dist.backend == "nccl" && c.run.device != "cuda")

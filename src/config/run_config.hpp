@@ -87,7 +87,7 @@ struct SamplerSection {
 };
 
 struct DistSection {
-  std::string reduce = "mpi";  // mpi | deterministic
+  std::string reduce = "mpi";  // mpi | ring | deterministic
   std::string backend = "mpi"; // mpi | nccl (GPU builds): who moves the gradient bytes
   double bucket_cap_mb = 25.0;
   bool broadcast_buffers = true;

@@ -1,5 +1,6 @@
 #include "model/loss.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace divsim {
@@ -46,6 +47,47 @@ LossSums cross_entropy_forward_backward(ConstMatView logits, std::span<const std
     sums.correct += r.argmax == y;
   }
   return sums;
+}
+
+LossSums asl_forward_backward(ConstMatView logits, std::span<const std::int32_t> labels, const LossParams& loss,
+                              float grad_scale, MatView dlogits) {
+  LossSums sums;
+  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    Eigen::Index argmax = 0;
+    for (Eigen::Index c = 0; c < logits.cols(); ++c) {
+      const double z = logits(i, c);
+      if (z > logits(i, argmax)) argmax = c;
+      const double p = 1.0 / (1.0 + std::exp(-z));
+      double value = 0.0, grad = 0.0;  // loss term and its derivative w.r.t. z
+      if (c == labels[i]) {
+        // d/dz of -(1-p)^g log p = (1-p)^g (g p log p - (1 - p))
+        const double log_p = -std::log1p(std::exp(-z));  // log sigmoid, stable
+        const double q = std::pow(1.0 - p, loss.gamma_pos);
+        value = -q * log_p;
+        grad = q * (loss.gamma_pos * p * log_p - (1.0 - p));
+      } else {
+        const double pm = std::max(p - loss.margin, 0.0);
+        if (pm > 0.0) {
+          // d/dz of -pm^g log(1-pm), with dpm/dz = p (1 - p)
+          const double log_1m = std::log1p(-pm);
+          const double w = std::pow(pm, loss.gamma_neg);
+          value = -w * log_1m;
+          const double dpm = w / (1.0 - pm) - (loss.gamma_neg > 0.0 ? loss.gamma_neg * std::pow(pm, loss.gamma_neg - 1.0) * log_1m : 0.0);
+          grad = p * (1.0 - p) * dpm;
+        }
+      }
+      sums.loss += value;
+      dlogits(i, c) = grad_scale * static_cast<float>(grad);
+    }
+    sums.correct += argmax == labels[i];
+  }
+  return sums;
+}
+
+LossSums loss_forward_backward(ConstMatView logits, std::span<const std::int32_t> labels, const LossParams& loss,
+                               float grad_scale, MatView dlogits) {
+  return loss.asl ? asl_forward_backward(logits, labels, loss, grad_scale, dlogits)
+                  : cross_entropy_forward_backward(logits, labels, loss.label_smoothing, grad_scale, dlogits);
 }
 
 LossSums cross_entropy_eval(ConstMatView logits, std::span<const std::int32_t> labels) {

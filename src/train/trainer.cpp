@@ -185,6 +185,10 @@ class Run {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Engine> engine_;
   std::vector<Replica> replicas_;
+  // Deterministic mode with the distributed (strided) sampler: a chunk is the strided set of global
+  // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
+  std::vector<std::size_t> chunk_order_;
+  std::vector<std::int64_t> reorder_scratch_;
 };
 
 Run::Run(const RunConfig& config, MPI_Comm comm)
@@ -222,6 +226,14 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
     throw ConfigError("batch.global", e.what());
   }
   steps_per_epoch_ = sampler_->steps_per_epoch();
+  if (deterministic_ && cfg_.sampler.mode == "distributed" && es.chunk < plan_.micro_batch) {
+    // Local row j holds global position r + W*j of its micro-window; chunk q of this rank is the rows
+    // q + t*(mb/c), t = 0..c-1, i.e. positions spaced mb*W/c apart: the same set at every W.
+    const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(es.chunk);
+    for (std::size_t q = 0; q < mb / c; ++q)
+      for (std::size_t t = 0; t < c; ++t) chunk_order_.push_back(q + t * (mb / c));
+    reorder_scratch_.resize(mb);
+  }
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
 
   ReduceLayout rl;
@@ -229,6 +241,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
   rl.rank_begin = proc_.rank_begin;
   rl.rank_count = proc_.rank_count;
   rl.num_params = model_.num_params();
+  rl.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   for (const ParamTensor& t : model_.tensors()) rl.tensors.emplace_back(t.offset, t.size);
   reducer_ = make_reducer(mode, comm_, rl);
   if (cfg_.run.device == "cuda") {
@@ -332,6 +345,10 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       for (Replica& r : replicas_) {
         sampler_->micro_batch(r.rank, in_epoch, micro, r.samples);
         std::copy(r.samples.begin(), r.samples.end(), r.step_samples.begin() + micro * plan_.micro_batch);
+        if (!chunk_order_.empty()) {
+          for (std::size_t i = 0; i < chunk_order_.size(); ++i) reorder_scratch_[i] = r.samples[chunk_order_[i]];
+          std::copy(reorder_scratch_.begin(), reorder_scratch_.end(), r.samples.begin());
+        }
       }
       engine_->run_micro(replicas_, step, micro, record_layers && micro == 0 ? &stats : nullptr);
     }
