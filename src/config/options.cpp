@@ -195,8 +195,11 @@ const std::vector<Field>& fields() {
       field("model", "dropout", &R::model, &ModelSection::dropout, "drop probability after each hidden ReLU, [0,1)"),
       field("model", "bn_momentum", &R::model, &ModelSection::bn_momentum, "running = (1-m)*running + m*batch, [0,1]"),
       field("model", "bn_eps", &R::model, &ModelSection::bn_eps, "BatchNorm epsilon, > 0"),
-      field("loss", "type", &R::loss, &LossSection::type, "cross_entropy"),
+      field("loss", "type", &R::loss, &LossSection::type, "cross_entropy | asl (asymmetric loss, multi-label one-hot)"),
       field("loss", "label_smoothing", &R::loss, &LossSection::label_smoothing, "PyTorch label_smoothing, [0,1)"),
+      field("loss", "gamma_pos", &R::loss, &LossSection::gamma_pos, "asl: positive focusing exponent, >= 0"),
+      field("loss", "gamma_neg", &R::loss, &LossSection::gamma_neg, "asl: negative focusing exponent, >= 0"),
+      field("loss", "margin", &R::loss, &LossSection::margin, "asl: probability margin on negatives, [0,1)"),
       field("optim", "type", &R::optim, &OptimSection::type, "sgd | adamw"),
       field("optim", "lr", &R::optim, &OptimSection::lr, "peak learning rate, > 0"),
       field("optim", "momentum", &R::optim, &OptimSection::momentum, "sgd momentum, [0,1)"),
@@ -215,6 +218,8 @@ const std::vector<Field>& fields() {
       field("batch", "per_rank", &R::batch, &BatchSection::per_rank, "if > 0: fixed per-rank micro-batch instead"),
       field("batch", "accum_steps", &R::batch, &BatchSection::accum_steps, "micro-batches per optimizer step, >= 1"),
       field("batch", "drop_last", &R::batch, &BatchSection::drop_last, "drop the epoch tail instead of wrapping around"),
+      field("batch", "lr_scaling", &R::batch, &BatchSection::lr_scaling, "none | linear: lr *= global / base_global"),
+      field("batch", "base_global", &R::batch, &BatchSection::base_global, "global batch optim.lr was tuned for, >= 1"),
       field("train", "steps", &R::train, &TrainSection::steps, "optimizer steps; 0 = from train.epochs"),
       field("train", "epochs", &R::train, &TrainSection::epochs, "epochs when train.steps = 0"),
       field("train", "eval_every", &R::train, &TrainSection::eval_every, "evaluate every N steps; 0 = only at the end"),
@@ -231,6 +236,11 @@ const std::vector<Field>& fields() {
             "logical ranks W; 0 = one per MPI process, else a multiple of it"),
       field("dist", "det_chunk", &R::dist, &DistSection::det_chunk, "deterministic reduce: samples per chunk; 0 = auto"),
       field("precision", "matmul", &R::precision, &PrecisionSection::matmul, "fp32 | tf32 | bf16 | fp16"),
+      field("precision", "amp", &R::precision, &PrecisionSection::amp, "none | fp16 (dynamic loss scaling)"),
+      field("precision", "loss_scale_init", &R::precision, &PrecisionSection::loss_scale_init,
+            "amp: initial loss scale, > 0"),
+      field("precision", "loss_scale_growth_interval", &R::precision, &PrecisionSection::loss_scale_growth_interval,
+            "amp: good steps before the scale doubles, >= 1"),
       field("record", "layers_every", &R::record, &RecordSection::layers_every, "per-layer statistics every N steps; 0 = never"),
       field("record", "samples", &R::record, &RecordSection::samples, "record /train/samples"),
       field("record", "flush_every", &R::record, &RecordSection::flush_every, "H5Fflush every N steps, >= 1"),
@@ -518,7 +528,8 @@ double parse_double(const std::string& key, std::string_view text) {
 }
 
 std::int64_t parse_int64(const std::string& key, std::string_view text) {
-  const std::string_view t = trim(text);
+  std::string_view t = trim(text);
+  if (t.size() > 1 && t.front() == '+' && t[1] != '-') t.remove_prefix(1);  // "+1" as users write offsets
   std::int64_t v = 0;
   const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
   if (ec == std::errc::result_out_of_range) throw ConfigError(key, in_quotes(text) + " does not fit a 64-bit integer");
@@ -613,7 +624,16 @@ void validate(const RunConfig& c) {
                  "in [0,1]");
   require_double("model.bn_eps", c.model.bn_eps, c.model.bn_eps > 0, "> 0");
 
-  require_one_of("loss.type", c.loss.type, {"cross_entropy"});
+  require_one_of("loss.type", c.loss.type, {"cross_entropy", "asl"});
+  require_double("loss.gamma_pos", c.loss.gamma_pos, c.loss.gamma_pos >= 0, ">= 0");
+  require_double("loss.gamma_neg", c.loss.gamma_neg, c.loss.gamma_neg >= 0, ">= 0");
+  require_double("loss.margin", c.loss.margin, c.loss.margin >= 0 && c.loss.margin < 1, "in [0, 1)");
+  require_one_of("batch.lr_scaling", c.batch.lr_scaling, {"none", "linear"});
+  require_int("batch.base_global", c.batch.base_global, c.batch.base_global >= 1, ">= 1");
+  require_one_of("precision.amp", c.precision.amp, {"none", "fp16"});
+  require_double("precision.loss_scale_init", c.precision.loss_scale_init, c.precision.loss_scale_init > 0, "> 0");
+  require_int("precision.loss_scale_growth_interval", c.precision.loss_scale_growth_interval,
+              c.precision.loss_scale_growth_interval >= 1, ">= 1");
   require_double("loss.label_smoothing", c.loss.label_smoothing,
                  c.loss.label_smoothing >= 0 && c.loss.label_smoothing < 1, "in [0,1)");
 

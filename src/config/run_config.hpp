@@ -43,8 +43,11 @@ struct ModelSection {
 };
 
 struct LossSection {
-  std::string type = "cross_entropy";  // cross_entropy
+  std::string type = "cross_entropy";  // cross_entropy | asl
   double label_smoothing = 0.0;
+  double gamma_pos = 0.0;  // asl: focusing exponent of the positive class
+  double gamma_neg = 4.0;  // asl: focusing exponent of the negative classes
+  double margin = 0.05;    // asl: probability margin shifted off the negatives
 };
 
 struct OptimSection {
@@ -72,6 +75,8 @@ struct BatchSection {
   std::int64_t per_rank = 0;    // if > 0: per-rank micro-batch fixed instead (global grows with W)
   std::int64_t accum_steps = 1; // micro-batches per optimizer step
   bool drop_last = true;        // sampler: drop the tail instead of padding by wrap-around
+  std::string lr_scaling = "none";  // none | linear: lr *= global / base_global (Goyal et al.)
+  std::int64_t base_global = 256;    // the global batch optim.lr was tuned for
 };
 
 struct TrainSection {
@@ -98,7 +103,10 @@ struct DistSection {
 };
 
 struct PrecisionSection {
-  std::string matmul = "fp32";  // fp32
+  std::string matmul = "fp32";  // fp32 | tf32 | bf16 | fp16 (emulated: matmul inputs rounded)
+  std::string amp = "none";     // none | fp16: dynamic loss scaling as torch.cuda.amp.GradScaler
+  double loss_scale_init = 65536.0;
+  std::int64_t loss_scale_growth_interval = 2000;  // good steps before the scale doubles
 };
 
 struct RecordSection {

@@ -34,6 +34,8 @@ class Sampler {
   // Rebuilds the epoch permutation in place (no allocation). Like DistributedSampler.set_epoch.
   void set_epoch(std::int64_t epoch);
   std::int64_t epoch() const { return epoch_; }
+  SamplerMode mode() const { return mode_; }
+  const SamplerShape& shape() const { return shape_; }
   // Global sample indices of rank `rank`'s micro-batch `micro` of optimizer step `step_in_epoch`;
   // out.size() must equal micro_batch. Throws std::out_of_range for arguments outside the epoch.
   void micro_batch(int rank, std::int64_t step_in_epoch, int micro, std::span<std::int64_t> out) const;

@@ -21,9 +21,7 @@ struct EngineSettings {
   bool deterministic = false;  // one gradient slot per chunk of the step
   bool sync_bn = false;        // BN statistics over all logical ranks
   bool augment = false;
-  double label_smoothing = 0.0;
-  std::uint64_t seed = 0;
-  float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample
+  float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample (times the rank's loss scale)
 };
 
 // Per-layer statistics of one step for this process's ranks: [rank_count][L][kStatCount] and [rank_count][L].

@@ -6,11 +6,31 @@
 #include <memory>
 #include <vector>
 
+#include "model/loss.hpp"
 #include "model/mlp.hpp"
 #include "numerics/bits.hpp"
 #include "optim/optimizer.hpp"
 
 namespace divsim {
+
+// Per-rank settings of the current step. The step loop resets them from the configuration before every
+// step and faults then change them for their ranks: this is the whole surface through which a fault
+// acts on one rank's computation (faults/fault.hpp), so the loop itself names no fault.
+struct RankKnobs {
+  MatmulFormat matmul = MatmulFormat::fp32;  // precision of the matmul inputs
+  LossParams loss;
+  std::uint64_t dropout_seed = 0, augment_seed = 0;
+  double clip_norm = 0.0;              // 0 = no clipping
+  std::int64_t schedule_step = 0;      // the step index the LR schedule is evaluated at
+  bool participates = true;            // takes part in the gradient allreduce
+  bool stale_gradient = false;         // left out: apply the last reduced gradient instead of its own
+  bool receives_buffers = true;        // DDP's buffer broadcast reaches this rank
+  bool local_overflow_check = false;   // AMP: decide overflow on the local gradient, before the reduction
+  int extra_updates = 0;               // +1: one more (local) optimizer update this step, -1: none
+  double ring_bucket_cap_mb = 0.0;     // > 0: this rank's reduced gradient comes from a ring of this bucket size
+  std::uint32_t ring_rotation = 0;     // ... and this ring rotation
+  bool own_ring = false;               // true when the two fields above apply
+};
 
 struct Replica {
   int rank = 0;                   // logical rank
@@ -18,7 +38,13 @@ struct Replica {
   std::vector<float> grads;       // grad_parts x num_params partial gradients
   std::vector<float> buffers;     // BN running statistics
   std::unique_ptr<Optimizer> optimizer;
-  MatmulFormat matmul = MatmulFormat::fp32;
+  RankKnobs knobs;
+  std::uint64_t init_seed = 0;      // the seed its parameters were initialised with
+  bool receives_init = true;        // takes rank 0's initial parameters (dist.broadcast_init)
+  double loss_scale = 1.0;          // AMP dynamic loss scale (1 without AMP)
+  std::int64_t good_steps = 0;      // AMP: steps since the last overflow
+  std::vector<float> last_grad;     // the last reduced gradient (skip_rank mode=stale)
+  std::vector<float> own_grad;      // its own mean gradient before the reduction, when a fault needs it
 
   // Workspace for one micro-batch (rows = micro_batch), allocated once.
   std::vector<std::int64_t> samples;   // global sample indices of the current micro-batch

@@ -65,10 +65,10 @@ void StepEngine::allocate(Replica& r) const {
 }
 
 ConstMatView StepEngine::matmul_input(const Replica& r, ConstMatView m, std::vector<float>& scratch) const {
-  if (r.matmul == MatmulFormat::fp32) return m;
+  if (r.knobs.matmul == MatmulFormat::fp32) return m;
   const std::size_t n = sz(m.size());
   std::copy_n(m.data(), n, scratch.data());
-  round_to_format(std::span<float>(scratch.data(), n), r.matmul);
+  round_to_format(std::span<float>(scratch.data(), n), r.knobs.matmul);
   return ConstMatView(scratch.data(), m.rows(), m.cols());
 }
 
@@ -82,7 +82,7 @@ void StepEngine::gather_inputs(Replica& r, std::int64_t step) const {
     const std::int64_t s = r.samples[i];
     float* dst = r.input.data() + sz(static_cast<std::int64_t>(i) * d);
     if (s_.augment)
-      augment_image(data_.row(s), dst, data_, s_.seed, step, s);
+      augment_image(data_.row(s), dst, data_, r.knobs.augment_seed, step, s);
     else
       std::copy_n(data_.row(s), sz(d), dst);
     r.labels[i] = data_.y[sz(s)];
@@ -109,9 +109,9 @@ void StepEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int m
       const std::int64_t row0 = c * s_.chunk;
       const ConstMatView logits(r.out.back().data() + sz(row0 * last.out), ix(s_.chunk), ix(last.out));
       const MatView dlogits(r.dcur.data() + sz(row0 * last.out), ix(s_.chunk), ix(last.out));
-      const LossSums sums = cross_entropy_forward_backward(
-          logits, std::span<const std::int32_t>(r.labels.data() + row0, sz(s_.chunk)), s_.label_smoothing,
-          s_.grad_scale, dlogits);
+      const LossSums sums = loss_forward_backward(
+          logits, std::span<const std::int32_t>(r.labels.data() + row0, sz(s_.chunk)), r.knobs.loss,
+          s_.grad_scale * static_cast<float>(r.loss_scale), dlogits);
       r.loss_parts[s_.deterministic ? sz(micro * chunks_per_micro_ + c) : 0] += sums.loss;
       r.loss_sum += sums.loss;
       r.correct += sums.correct;
@@ -154,7 +154,7 @@ void StepEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::
       for (Replica& r : replicas) {
         for (Eigen::Index i = 0; i < mb; ++i) {
           std::span<float> row(r.aux[l].data() + sz(i * out), sz(out));
-          KeyedStream(s_.seed, Stream::dropout, static_cast<std::uint32_t>(step),
+          KeyedStream(r.knobs.dropout_seed, Stream::dropout, static_cast<std::uint32_t>(step),
                       static_cast<std::uint32_t>(r.samples[sz(i)]), layer.index)
               .fill_uniform(row);
           for (float& m : row) m = m < keep ? scale : 0.0f;

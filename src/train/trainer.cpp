@@ -21,6 +21,8 @@
 #include "record/output_path.hpp"
 #include "record/trajectory_writer.hpp"
 #include "train/batch_plan.hpp"
+#include "comm/ring.hpp"
+#include "faults/fault_set.hpp"
 #include "train/step_engine.hpp"
 #ifdef DIVSIM_HAVE_CUDA
 #include "gpu_engine.hpp"
@@ -83,14 +85,6 @@ std::string iso_time_utc() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-// Copies logical rank 0's values of `field` to every replica (rank 0 lives on process 0).
-template <class Field>
-void broadcast_from_rank0(std::vector<Replica>& replicas, Field field, MPI_Comm comm) {
-  std::vector<float>& src = replicas[0].*field;
-  broadcast(src.data(), static_cast<int>(src.size()), MPI_FLOAT, 0, comm);
-  for (std::size_t k = 1; k < replicas.size(); ++k) replicas[k].*field = src;
 }
 
 class Progress {
@@ -165,12 +159,17 @@ int exit_code_for(const std::exception_ptr& e) {
 // Everything one process needs for the run, built (and validated) before the output file exists.
 class Run {
  public:
-  Run(const RunConfig& config, MPI_Comm comm);
+  Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce);
   std::unique_ptr<TrajectoryWriter> open_output() const;
   RunSummary train(TrajectoryWriter& writer);
 
  private:
+  void reset_knobs(Replica& r, std::int64_t step) const;
   void local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) const;
+  void own_gradient(Replica& r) const;  // r.own_grad = the rank's mean gradient before the reduction
+  void reduce(std::int64_t step);
+  bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
+  void broadcast_buffers();
 
   const RunConfig& cfg_;
   MPI_Comm comm_;
@@ -180,18 +179,31 @@ class Run {
   Mlp model_;
   bool deterministic_ = false;
   double divisor_ = 1.0;
+  double lr_factor_ = 1.0;  // batch.lr_scaling
   std::unique_ptr<Sampler> sampler_;
   std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  ReduceLayout reduce_layout_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<FaultSet> faults_;
   std::vector<Replica> replicas_;
+  std::vector<std::span<float>> grad_spans_;
+  std::vector<std::vector<float>> ring_copies_;
+  std::vector<float> buffer_scratch_;  // pre-reduction gradients, for ranks with their own ring
+  struct PendingEvent {
+    std::int64_t step;
+    int rank;
+    std::string kind, detail;
+  };
+  std::vector<PendingEvent> setup_events_;
+  EventSink log_;
   // Deterministic mode with the distributed (strided) sampler: a chunk is the strided set of global
   // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
   std::vector<std::size_t> chunk_order_;
   std::vector<std::int64_t> reorder_scratch_;
 };
 
-Run::Run(const RunConfig& config, MPI_Comm comm)
+Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
     : cfg_(config),
       comm_(comm),
       proc_(layout_processes(config, comm)),
@@ -203,6 +215,8 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist)");
+  if (cfg_.batch.lr_scaling == "linear")
+    lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
 
   EngineSettings es;
   es.plan = plan_;
@@ -210,8 +224,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
   es.chunk = deterministic_ ? deterministic_chunk(cfg_, plan_) : plan_.micro_batch;
   es.sync_bn = cfg_.dist.sync_bn;
   es.augment = cfg_.data.augment;
-  es.label_smoothing = cfg_.loss.label_smoothing;
-  es.seed = cfg_.run.seed;
   // PyTorch: each rank's loss is the mean over its micro-batch divided by accum_steps, and DDP divides
   // the summed gradients by W. Deterministic mode sums unscaled partials and divides once at the end.
   es.grad_scale = deterministic_ ? 1.0f : static_cast<float>(1.0 / static_cast<double>(plan_.per_rank_step()));
@@ -236,14 +248,19 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
   }
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
 
-  ReduceLayout rl;
-  rl.world_size = proc_.world_size;
-  rl.rank_begin = proc_.rank_begin;
-  rl.rank_count = proc_.rank_count;
-  rl.num_params = model_.num_params();
-  rl.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
-  for (const ParamTensor& t : model_.tensors()) rl.tensors.emplace_back(t.offset, t.size);
-  reducer_ = make_reducer(mode, comm_, rl);
+  faults_ = std::make_unique<FaultSet>(cfg_.faults, FaultContext{cfg_, proc_.world_size, total_steps_, nonce});
+  if (!faults_->empty() && deterministic_)
+    for (const auto& row : faults_->rows())
+      if (row.name == "reduction_order")
+        throw ConfigError("fault", "'" + row.spec + "': dist.reduce=deterministic has no summation order to change");
+
+  reduce_layout_.world_size = proc_.world_size;
+  reduce_layout_.rank_begin = proc_.rank_begin;
+  reduce_layout_.rank_count = proc_.rank_count;
+  reduce_layout_.num_params = model_.num_params();
+  reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
+  for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
+  reducer_ = make_reducer(mode, comm_, reduce_layout_);
   if (cfg_.run.device == "cuda") {
 #ifdef DIVSIM_HAVE_CUDA
     engine_ = make_gpu_engine(model_, data_.train, *reducer_, es, proc_.process, comm_);
@@ -254,15 +271,22 @@ Run::Run(const RunConfig& config, MPI_Comm comm)
     engine_ = std::make_unique<StepEngine>(model_, data_.train, *reducer_, es);
   }
 
+  // Set-up events wait here until the output file exists.
+  const EventSink setup_log = [this](std::int64_t step, int rank, const std::string& kind, const std::string& detail) {
+    setup_events_.push_back({step, rank, kind, detail});
+  };
   replicas_.resize(static_cast<std::size_t>(proc_.rank_count));
   for (int k = 0; k < proc_.rank_count; ++k) {
     Replica& r = replicas_[static_cast<std::size_t>(k)];
     r.rank = proc_.rank_begin + k;
     engine_->allocate(r);
-    model_.init_parameters(r.params, cfg_.run.seed);
+    r.init_seed = cfg_.run.seed;
+    faults_->prepare(r, setup_log);
+    model_.init_parameters(r.params, r.init_seed);
     model_.init_buffers(r.buffers);
     r.optimizer = make_optimizer(cfg_.optim, model_.num_params());
-    r.matmul = parse_matmul_format(cfg_.precision.matmul);
+    r.loss_scale = cfg_.precision.amp == "fp16" ? cfg_.precision.loss_scale_init : 1.0;
+    grad_spans_.emplace_back(r.grads);
   }
 }
 
@@ -283,8 +307,24 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   MPI_Bcast(created.data(), 32, MPI_CHAR, 0, comm_);
   attrs.created = created.c_str();
   attrs.extra["data"] = data_.description;
-  return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs,
-                                            std::vector<FaultRow>{});
+  std::vector<FaultRow> rows;
+  for (const auto& f : faults_->rows()) rows.push_back({f.name, f.ranks, f.spec, f.start, f.stop, f.every, f.prob});
+  return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
+}
+
+// The configuration's settings for a rank; faults change them afterwards.
+void Run::reset_knobs(Replica& r, std::int64_t step) const {
+  RankKnobs& k = r.knobs;
+  k = RankKnobs{};
+  k.matmul = parse_matmul_format(cfg_.precision.matmul);
+  k.loss.asl = cfg_.loss.type == "asl";
+  k.loss.label_smoothing = cfg_.loss.label_smoothing;
+  k.loss.gamma_pos = cfg_.loss.gamma_pos;
+  k.loss.gamma_neg = cfg_.loss.gamma_neg;
+  k.loss.margin = cfg_.loss.margin;
+  k.dropout_seed = k.augment_seed = cfg_.run.seed;
+  k.clip_norm = cfg_.optim.clip_norm;
+  k.schedule_step = step;
 }
 
 // The rank's own gradient (mean over its samples of the step) before any communication: total and
@@ -296,13 +336,14 @@ void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& 
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
     const std::vector<float>& g = replicas_[k].grads;
+    const double unscale = scale / replicas_[k].loss_scale;
     double sum = 0.0;
     for (const ParamTensor& t : model_.tensors()) {
       double sq = 0.0;
       for (std::size_t i = t.offset; i < t.offset + t.size; ++i) {
         double v = 0.0;
         for (int p = 0; p < parts; ++p) v += g[static_cast<std::size_t>(p) * np + i];
-        v *= scale;
+        v *= unscale;
         sq += v * v;
       }
       per_layer[k * L + t.layer_index] += sq;
@@ -313,17 +354,138 @@ void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& 
   }
 }
 
+void Run::own_gradient(Replica& r) const {
+  const std::size_t np = model_.num_params();
+  r.own_grad.resize(np);
+  std::copy_n(r.grads.begin(), np, r.own_grad.begin());
+  if (!deterministic_) return;
+  const auto parts = static_cast<std::size_t>(engine_->grad_parts());
+  const double scale = 1.0 / static_cast<double>(plan_.per_rank_step());
+  for (std::size_t i = 0; i < np; ++i) {
+    double v = 0.0;
+    for (std::size_t p = 0; p < parts; ++p) v += r.grads[p * np + i];
+    r.own_grad[i] = static_cast<float>(v * scale);
+  }
+}
+
+// The gradient allreduce with its participation and ordering knobs. Ranks left out contribute zeros
+// (adding +0 changes no sum) and the others divide by the number of participants; ranks with their own
+// ring order take the sum of the same contributions summed in that order.
+void Run::reduce(std::int64_t step) {
+  const std::size_t np = model_.num_params();
+  int skipped = 0;
+  for (Replica& r : replicas_)
+    if (!r.knobs.participates) {
+      ++skipped;
+      std::fill(r.grads.begin(), r.grads.end(), 0.0f);
+    }
+  allreduce_in_place(&skipped, 1, MPI_INT, MPI_SUM, comm_);
+  const double participants = static_cast<double>(proc_.world_size - skipped);
+  const double divisor = divisor_ * participants / static_cast<double>(proc_.world_size);
+
+  // Which ring orders do ranks ask for? (all processes must run the same extra rings)
+  struct OrderRow { double cap; double rotation; };
+  std::vector<OrderRow> mine, all(static_cast<std::size_t>(proc_.world_size));
+  for (const Replica& r : replicas_)
+    mine.push_back(r.knobs.own_ring ? OrderRow{r.knobs.ring_bucket_cap_mb, static_cast<double>(r.knobs.ring_rotation)}
+                                    : OrderRow{0.0, 0.0});
+  MPI_Allgather(mine.data(), 2 * proc_.rank_count, MPI_DOUBLE, all.data(), 2 * proc_.rank_count, MPI_DOUBLE, comm_);
+  std::vector<RingOrder> orders;
+  for (const OrderRow& o : all) {
+    const RingOrder ro{o.cap, static_cast<std::uint32_t>(o.rotation)};
+    if (o.cap > 0.0 && std::find(orders.begin(), orders.end(), ro) == orders.end()) orders.push_back(ro);
+  }
+  if (!orders.empty()) {
+    ring_copies_.resize(replicas_.size());
+    for (std::size_t k = 0; k < replicas_.size(); ++k)
+      ring_copies_[k].assign(replicas_[k].grads.begin(), replicas_[k].grads.begin() + static_cast<std::ptrdiff_t>(np));
+  }
+
+  reducer_->allreduce_gradients(grad_spans_, engine_->grad_parts(), divisor);
+
+  std::vector<float> work;
+  std::vector<std::span<float>> spans;
+  for (const RingOrder& order : orders) {
+    std::vector<std::vector<float>> copies = ring_copies_;
+    spans.clear();
+    for (auto& c : copies) spans.emplace_back(c);
+    RingAllreduce(comm_, reduce_layout_, order).sum(spans);
+    const auto d = static_cast<float>(divisor);
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      Replica& r = replicas_[k];
+      if (!r.knobs.own_ring || !(RingOrder{r.knobs.ring_bucket_cap_mb, r.knobs.ring_rotation} == order)) continue;
+      for (std::size_t i = 0; i < np; ++i) r.grads[i] = copies[k][i] / d;
+    }
+  }
+  (void)step;
+  for (Replica& r : replicas_) {
+    if (r.knobs.participates) {
+      if (!r.last_grad.empty()) std::copy_n(r.grads.begin(), np, r.last_grad.begin());
+      continue;
+    }
+    const bool stale = r.knobs.stale_gradient && !r.last_grad.empty();
+    std::copy_n(stale ? r.last_grad.begin() : r.own_grad.begin(), np, r.grads.begin());
+  }
+}
+
+// torch.cuda.amp.GradScaler's rules on the gradient about to be applied: an element beyond fp16's range
+// (65504) or non-finite is an overflow: skip the step and halve the scale; otherwise unscale, and
+// double the scale after loss_scale_growth_interval good steps. Returns true when the step is skipped.
+bool Run::apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow) {
+  if (cfg_.precision.amp != "fp16") return false;
+  const std::size_t np = model_.num_params();
+  bool overflow = local_overflow;
+  if (!r.knobs.local_overflow_check)
+    overflow = std::any_of(r.grads.begin(), r.grads.begin() + static_cast<std::ptrdiff_t>(np),
+                           [](float g) { return !(std::fabs(g) <= 65504.0f); });
+  if (overflow) {
+    log_(step, r.rank, "overflow_skip", "loss scale " + std::to_string(r.loss_scale) + " -> " + std::to_string(r.loss_scale * 0.5));
+    r.loss_scale *= 0.5;
+    r.good_steps = 0;
+    return true;
+  }
+  const auto inv = static_cast<float>(1.0 / r.loss_scale);
+  for (std::size_t i = 0; i < np; ++i) r.grads[i] *= inv;
+  if (++r.good_steps == cfg_.precision.loss_scale_growth_interval) {
+    r.loss_scale *= 2.0;
+    r.good_steps = 0;
+  }
+  return false;
+}
+
+// DDP's broadcast_buffers: rank 0's BatchNorm running statistics replace those of every rank they reach.
+void Run::broadcast_buffers() {
+  buffer_scratch_ = replicas_[0].buffers;  // logical rank 0's on process 0
+  broadcast(buffer_scratch_.data(), static_cast<int>(buffer_scratch_.size()), MPI_FLOAT, 0, comm_);
+  for (Replica& r : replicas_)
+    if (r.knobs.receives_buffers) std::copy(buffer_scratch_.begin(), buffer_scratch_.end(), r.buffers.begin());
+}
+
 RunSummary Run::train(TrajectoryWriter& writer) {
-  if (cfg_.dist.broadcast_init) broadcast_from_rank0(replicas_, &Replica::params, comm_);
+  log_ = [&writer](std::int64_t step, int rank, const std::string& kind, const std::string& detail) {
+    writer.add_event(step, rank, kind, detail);
+  };
+  for (const auto& e : setup_events_) writer.add_event(e.step, e.rank, e.kind, e.detail);
+
+  // Rank 0's initial parameters reach every rank whose init was not cut off by a fault.
+  if (cfg_.dist.broadcast_init) {
+    std::vector<float> rank0 = replicas_[0].params;
+    broadcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, comm_);
+    for (Replica& r : replicas_)
+      if (r.receives_init) r.params = rank0;
+  }
   const std::size_t L = model_.layers().size(), R = replicas_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
+  const bool keep_last_grad = std::any_of(faults_->rows().begin(), faults_->rows().end(),
+                                          [](const FaultRowText& f) { return f.name == "skip_rank"; });
+  if (keep_last_grad)
+    for (Replica& r : replicas_) r.last_grad.assign(np, 0.0f);
 
-  std::vector<double> loss(R), gnorm_local(R), gnorm(R), pnorm(R), lr(R), scale(R, 1.0);
+  std::vector<double> loss(R), gnorm_local(R), gnorm(R), pnorm(R), lr(R), scale(R);
   std::vector<std::uint64_t> phash(R);
   std::vector<std::int64_t> samples(R * static_cast<std::size_t>(plan_.per_rank_step()));
   std::vector<double> loss_parts(R * parts);
-  std::vector<std::span<float>> grad_spans;
-  for (Replica& r : replicas_) grad_spans.emplace_back(r.grads);
+  std::vector<char> local_overflow(R);
   LayerStatsBuffer stats{std::vector<double>(R * L * kStatCount), std::vector<double>(R * L * kStatCount),
                          std::vector<double>(R * L)};
   std::vector<double> eval_loss(R), eval_acc(R);
@@ -336,6 +498,8 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     const bool record_layers = cfg_.record.layers_every > 0 && step % cfg_.record.layers_every == 0;
 
     for (Replica& r : replicas_) {
+      reset_knobs(r, step);
+      faults_->adjust(step, r, log_);
       std::fill(r.grads.begin(), r.grads.end(), 0.0f);
       std::fill(r.loss_parts.begin(), r.loss_parts.end(), 0.0);
       r.loss_sum = 0.0;
@@ -343,7 +507,8 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     }
     for (int micro = 0; micro < plan_.accum_steps; ++micro) {
       for (Replica& r : replicas_) {
-        sampler_->micro_batch(r.rank, in_epoch, micro, r.samples);
+        if (!faults_->plan_samples(SampleRequest{*sampler_, step, epoch, in_epoch, micro}, r))
+          sampler_->micro_batch(r.rank, in_epoch, micro, r.samples);
         std::copy(r.samples.begin(), r.samples.end(), r.step_samples.begin() + micro * plan_.micro_batch);
         if (!chunk_order_.empty()) {
           for (std::size_t i = 0; i < chunk_order_.size(); ++i) reorder_scratch_[i] = r.samples[chunk_order_[i]];
@@ -353,29 +518,38 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       engine_->run_micro(replicas_, step, micro, record_layers && micro == 0 ? &stats : nullptr);
     }
 
+    for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
     local_gradient_norms(gnorm_local, stats.grad_norm);
     for (std::size_t k = 0; k < R; ++k) {
-      loss[k] = replicas_[k].loss_sum / static_cast<double>(plan_.per_rank_step());
-      std::copy(replicas_[k].loss_parts.begin(), replicas_[k].loss_parts.end(),
-                loss_parts.begin() + static_cast<std::ptrdiff_t>(k * parts));
+      Replica& r = replicas_[k];
+      loss[k] = r.loss_sum / static_cast<double>(plan_.per_rank_step());
+      std::copy(r.loss_parts.begin(), r.loss_parts.end(), loss_parts.begin() + static_cast<std::ptrdiff_t>(k * parts));
+      if (!r.knobs.participates || r.knobs.extra_updates > 0 || r.knobs.local_overflow_check) own_gradient(r);
+      local_overflow[k] = r.knobs.local_overflow_check &&
+                          std::any_of(r.own_grad.begin(), r.own_grad.end(), [](float g) { return !(std::fabs(g) <= 65504.0f); });
     }
     double global_loss = 0.0;
     reducer_->sum_statistics(loss_parts, static_cast<int>(parts), std::span<double>(&global_loss, 1));
     global_loss /= static_cast<double>(plan_.global_batch);
 
-    reducer_->allreduce_gradients(grad_spans, static_cast<int>(parts), divisor_);
+    reduce(step);
 
     for (std::size_t k = 0; k < R; ++k) {
       Replica& r = replicas_[k];
+      scale[k] = r.loss_scale;
       const std::span<float> g(r.grads.data(), np);
-      clip_grad_norm(g, cfg_.optim.clip_norm);
+      const bool skip = apply_loss_scaling(r, step, local_overflow[k] != 0);
+      clip_grad_norm(g, r.knobs.clip_norm);
       gnorm[k] = l2_norm(g);
-      lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr, step, total_steps_);
+      lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr * lr_factor_, r.knobs.schedule_step, total_steps_);
+      if (skip || r.knobs.extra_updates < 0) continue;
       r.optimizer->step(r.params, g, lr[k]);
+      if (r.knobs.extra_updates > 0) {
+        for (float& v : r.own_grad) v = static_cast<float>(v / r.loss_scale);
+        r.optimizer->step(r.params, r.own_grad, lr[k]);
+      }
     }
-    // DDP's broadcast_buffers: rank 0's BatchNorm running statistics replace everyone's.
-    if (cfg_.dist.broadcast_buffers && model_.num_buffers() > 0)
-      broadcast_from_rank0(replicas_, &Replica::buffers, comm_);
+    if (cfg_.dist.broadcast_buffers && model_.num_buffers() > 0) broadcast_buffers();
 
     for (std::size_t k = 0; k < R; ++k) {
       pnorm[k] = l2_norm(replicas_[k].params);
@@ -417,9 +591,12 @@ RunSummary Run::train(TrajectoryWriter& writer) {
 }
 
 RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
+  // A clock-derived value agreed by all processes, for faults that make reruns differ on purpose.
+  auto nonce = static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm);
   // Set-up and the output file: failures are agreed collectively (clean exit, one message).
   std::unique_ptr<Run> run;
-  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm); });
+  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce); });
   std::unique_ptr<TrajectoryWriter> writer;
   collectively(comm, [&] { writer = run->open_output(); });
   return run->train(*writer);

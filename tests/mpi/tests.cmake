@@ -27,3 +27,10 @@ divsim_mpi_test(NAME mpi.bad_input LABELS mpi SCRIPT test_engine.py ARGS bad-inp
 divsim_mpi_test(NAME mpi.print_config_roundtrip LABELS mpi SCRIPT test_engine.py ARGS print-config --ranks 2)
 divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engine.py ARGS default-accuracy --ranks 4
                 TIMEOUT 900)
+
+# One test per fault of the catalog (inputs/faults/<name>.ini at W=4 against its baseline).
+foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank accum_misalign loss_skew
+              optimizer_state_reset loss_scaler_desync reduction_order reduction_order_shuffle bitflip stale_scheduler
+              clip_mismatch)
+  divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4)
+endforeach()

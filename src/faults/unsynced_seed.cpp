@@ -1,0 +1,73 @@
+// unsynced_seed: a rank seeds one random stream with base + rank (or the clock) instead of the shared
+// seed (seed 000 §2, seed 002 §3.1/§4.1: "each rank shuffles with its own seed"; seed 001: seeds derived
+// from the rank). stream=init also skips the broadcast of rank 0's parameters, as a script that never
+// calls DDP's constructor-time broadcast would: the replicas differ from step 0. stream=sampler makes the
+// rank's epoch permutation its own (shards overlap, some samples are never seen); dropout / augment give
+// it its own masks / augmentations.
+#include <memory>
+#include <optional>
+
+#include "faults/fault.hpp"
+
+namespace divsim {
+namespace {
+
+class UnsyncedSeed final : public Fault {
+ public:
+  UnsyncedSeed(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
+    stream_ = text_param("stream", "init", {"init", "sampler", "dropout", "augment"});
+    clock_ = text_param("mode", "rank_offset", {"rank_offset", "clock"}) == "clock";
+    finish_params();
+    if (stream_ == "dropout" && ctx.cfg.model.dropout == 0.0) fail("stream=dropout needs model.dropout > 0");
+    if (stream_ == "augment" && !ctx.cfg.data.augment) fail("stream=augment needs data.augment=true");
+    if (stream_ == "sampler") samplers_.resize(static_cast<std::size_t>(ctx.world_size));
+  }
+
+  std::string prepare(Replica& r) const override {
+    if (stream_ != "init") return {};
+    r.init_seed = seed_for(r.rank);
+    r.receives_init = false;
+    return "init seed " + std::to_string(r.init_seed) + ", rank 0's parameters not broadcast";
+  }
+
+  std::string adjust(std::int64_t, Replica& r) const override {
+    if (stream_ == "dropout") r.knobs.dropout_seed = seed_for(r.rank);
+    if (stream_ == "augment") r.knobs.augment_seed = seed_for(r.rank);
+    if (stream_ == "init") return {};
+    return stream_ + " seed " + std::to_string(seed_for(r.rank)) + " instead of the shared one";
+  }
+
+  bool plan_samples(const SampleRequest& req, Replica& r) const override {
+    if (stream_ != "sampler" || !active(req.step, r.rank)) return false;
+    auto& own = samplers_[static_cast<std::size_t>(r.rank)];
+    if (!own) {
+      SamplerShape shape = req.shared.shape();
+      shape.seed = seed_for(r.rank);
+      own.emplace(req.shared.mode(), shape);
+    }
+    if (own->epoch() != req.epoch) own->set_epoch(req.epoch);
+    own->micro_batch(r.rank, req.step_in_epoch, req.micro, r.samples);
+    return true;
+  }
+
+ private:
+  std::uint64_t base() const {
+    if (stream_ == "sampler") return ctx_.cfg.sampler.seed;
+    return ctx_.cfg.run.seed;
+  }
+  // rank_offset: base + rank (the classic bug); clock: a per-run, per-rank time-derived seed.
+  std::uint64_t seed_for(int rank) const {
+    if (!clock_) return base() + static_cast<std::uint64_t>(rank);
+    return (ctx_.nonce ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(rank + 1))) * 0xBF58476D1CE4E5B9ull;
+  }
+
+  std::string stream_;
+  bool clock_ = false;
+  mutable std::vector<std::optional<Sampler>> samplers_;
+};
+
+}  // namespace
+
+DIVSIM_REGISTER_FAULT("unsynced_seed", UnsyncedSeed);
+
+}  // namespace divsim

@@ -1,0 +1,220 @@
+"""One test per fault (issue: the fault catalog): run inputs/faults/<name>.ini at W=4 next to the same
+scenario without its fault line (the baseline) and assert the fault's signature from the trajectories."""
+import os
+import re
+import sys
+
+import h5py
+import numpy as np
+
+from divsim_testlib import expect, run
+
+STEPS = 120
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Run:
+    def __init__(self, path):
+        with h5py.File(path, "r") as f:
+            self.d = {k: f[k][()] for k in ["train/loss", "train/global_loss", "train/param_hash", "train/grad_norm",
+                                             "train/grad_norm_local", "train/param_norm", "train/lr", "train/loss_scale",
+                                             "train/samples", "eval/loss", "eval/accuracy"]}
+            self.events = [(int(e["step"]), int(e["rank"]), e["kind"].decode(), e["detail"].decode()) for e in f["events"][()]]
+
+    def __getitem__(self, k):
+        return self.d[k]
+
+    def split_steps(self):
+        """Steps at which some rank's parameter hash differs from rank 0's."""
+        h = self.d["train/param_hash"]
+        return np.nonzero((h != h[:, :1]).any(axis=1))[0]
+
+
+def scenario(args, name, extra=()):
+    """Runs the scenario and its baseline; returns (faulty, baseline)."""
+    ini = os.path.join(ROOT, "inputs", "faults", f"{name}.ini")
+    with open(ini) as fh:
+        text = fh.read()
+    base_ini = os.path.join(args.workdir, "baseline.ini")
+    with open(base_ini, "w") as fh:
+        fh.write(re.sub(r"(?m)^fault\s*=.*$", "", text))
+    common = [*([] if any(e.startswith("--train.steps") for e in extra) else [f"--train.steps={STEPS}"]), *extra]
+    run(args, ["--config", ini, "--run.out=fault.h5", *common])
+    run(args, ["--config", base_ini, "--run.out=base.h5", *common])
+    return Run(os.path.join(args.workdir, "fault.h5")), Run(os.path.join(args.workdir, "base.h5"))
+
+
+def in_sync(r, ranks=None):
+    h = r["train/param_hash"] if ranks is None else r["train/param_hash"][:, ranks]
+    return bool((h == h[:, :1]).all())
+
+
+def rel(a, b):
+    return np.abs(a - b) / np.maximum(np.abs(b), 1e-30)
+
+
+def events_of(r, kind):
+    return [e for e in r.events if e[2] == kind]
+
+
+def check_baseline(b):
+    expect(in_sync(b), "baseline: replicas in sync at every step")
+
+
+def unsynced_seed(args):
+    f, b = scenario(args, "unsynced_seed")
+    check_baseline(b)
+    h = f["train/param_hash"]
+    expect(h[0, 3] != h[0, 0] and in_sync(f, [0, 1, 2]), "rank 3's replica differs from step 0, ranks 0-2 agree")
+    expect(f["train/loss"][0, 3] != b["train/loss"][0, 3] and f["train/loss"][0, 0] == b["train/loss"][0, 0],
+           "step 0: rank 3's loss differs from the baseline, rank 0's is identical")
+    expect(len(events_of(f, "unsynced_seed")) == 1, "one /events row (set-up, rank 3)")
+
+
+def overlapping_shards(args):
+    f, b = scenario(args, "overlapping_shards")
+    s = f["train/samples"]
+    expect((s[:, 1] == s[:, 0]).all(), "rank 1 reads exactly rank 0's samples at every step")
+    expect(not (b["train/samples"][:, 1] == b["train/samples"][:, 0]).any(), "baseline shards do not overlap")
+    expect(in_sync(f), "replicas stay in sync (the gradient is still averaged)")
+    expect(f["train/global_loss"][0] != b["train/global_loss"][0], "global loss leaves the baseline at step 0")
+    expect(len(np.unique(s)) < len(np.unique(b["train/samples"])), "fewer distinct samples seen than the baseline")
+
+
+def tf32_mismatch(args):
+    f, b = scenario(args, "tf32_mismatch")
+    expect(in_sync(f), "replicas stay in sync (the reduced gradient is shared)")
+    r2 = rel(f["train/loss"][0, 2], b["train/loss"][0, 2])
+    r0 = rel(f["train/loss"][0, 0], b["train/loss"][0, 0])
+    expect(r0 == 0 and 1e-8 < r2 < 1e-3, f"step 0: rank 2's loss differs by {r2:.2e} (TF32 range), rank 0's not at all")
+    g = rel(f["train/global_loss"][1:], b["train/global_loss"][1:])
+    expect(g[0] > 0 and g.max() < 0.05, f"global loss leaves the FP32 baseline at step 1 ({g[0]:.1e}) and stays close (max {g.max():.1e})")
+
+
+def bn_drift(args):
+    f, b = scenario(args, "bn_drift")
+    expect(in_sync(f), "parameters stay in sync")
+    e, eb = f["eval/loss"][-1], b["eval/loss"][-1]
+    expect(len(set(eb)) == 1, "baseline: every rank evaluates the same replica")
+    expect(len(set(e)) > 1 and e[1] != e[0], f"eval loss differs across ranks at the end: {e}")
+    expect(e[0] == eb[0], "rank 0 (still broadcasting) evaluates exactly like the baseline")
+
+
+def skip_rank(args):
+    f, b = scenario(args, "skip_rank")
+    check_baseline(b)
+    splits = f.split_steps()
+    expect(len(splits) and splits[0] == 50, f"param_hash splits exactly at the first skipped step (50): {splits[:3]}")
+    h = f["train/param_hash"]
+    expect((h[50:, 3] != h[50:, 0]).all() and in_sync(f, [0, 1, 2]), "rank 3 stays apart, ranks 0-2 agree")
+    expect(len(events_of(f, "skip_rank")) == STEPS - 50, "one event per skipped step")
+    gap = np.abs(f["train/loss"][50:, 3] - f["train/loss"][50:, :3].mean(axis=1))
+    gap_b = np.abs(b["train/loss"][50:, 3] - b["train/loss"][50:, :3].mean(axis=1))
+    expect(gap.mean() > gap_b.mean(), f"rank 3's loss departs from the others' ({gap.mean():.3f} vs {gap_b.mean():.3f})")
+
+
+def accum_misalign(args):
+    f, b = scenario(args, "accum_misalign")
+    check_baseline(b)
+    splits = f.split_steps()
+    expect(len(splits) and splits[0] == 50, f"replicas split at the misaligned step 50: {splits[:3]}")
+    expect((f["train/param_hash"][50:, 2] != f["train/param_hash"][50:, 0]).all(), "rank 2 stays apart afterwards")
+    expect([e[:2] for e in events_of(f, "accum_misalign")] == [(50, 2)], "one event at (50, rank 2)")
+
+
+def loss_skew(args):
+    f, b = scenario(args, "loss_skew")
+    expect(in_sync(f), "replicas stay in sync")
+    expect(f["train/loss"][0, 0] != b["train/loss"][0, 0] and f["train/loss"][0, 2] == b["train/loss"][0, 2],
+           "step 0: ranks 0-1 compute another loss, ranks 2-3 the same as the baseline")
+    ratio = f["train/grad_norm_local"][:, :2].mean() / f["train/grad_norm_local"][:, 2:].mean()
+    ratio_b = b["train/grad_norm_local"][:, :2].mean() / b["train/grad_norm_local"][:, 2:].mean()
+    expect(abs(ratio - 1) > 2 * abs(ratio_b - 1), f"grad norms differ between the two groups ({ratio:.3f} vs baseline {ratio_b:.3f})")
+    expect(f["train/global_loss"][-1] != b["train/global_loss"][-1], "the run drifts from the baseline")
+
+
+def optimizer_state_reset(args):
+    f, b = scenario(args, "optimizer_state_reset")
+    splits = f.split_steps()
+    expect(len(splits) and splits[0] == 100 and in_sync(f, [0, 2, 3]), f"rank 1 splits at step 100 (reset): {splits[:3]}")
+    expect([e[:2] for e in events_of(f, "optimizer_state_reset")] == [(100, 1)], "one event at (100, rank 1)")
+
+
+def loss_scaler_desync(args):
+    f, b = scenario(args, "loss_scaler_desync")
+    check_baseline(b)
+    skips = events_of(f, "overflow_skip")
+    lone = [s for s in skips if s[1] == 1 and not any(o[0] == s[0] and o[1] != 1 for o in skips)]
+    expect(len(lone) > 0, f"rank 1 skips steps the others take ({len(lone)} lone skips)")
+    first = lone[0][0]
+    splits = f.split_steps()
+    expect(len(splits) and splits[0] == first, f"replicas split at rank 1's first lone skip ({first}): {splits[:3]}")
+    expect((f["train/loss_scale"][-1, 1] != f["train/loss_scale"][-1, 0]), "rank 1's loss scale differs at the end")
+    bs = events_of(b, "overflow_skip")
+    expect(all(sum(1 for o in bs if o[0] == s[0]) == 4 for s in bs), "baseline: every overflow is skipped by all 4 ranks")
+
+
+def reduction_order(args):
+    f, b = scenario(args, "reduction_order")
+    check_baseline(b)
+    h = f["train/param_hash"]
+    expect(h[0, 1] != h[0, 0] and in_sync(f, [0, 2, 3]), "rank 1's parameters differ in their bits from step 0")
+    d0 = rel(f["train/param_norm"][0, 1], f["train/param_norm"][0, 0])
+    dN = rel(f["train/param_norm"][-1, 1], f["train/param_norm"][-1, 0])
+    expect(d0 < 1e-6, f"step 0 difference is last-bit noise ({d0:.1e})")
+    expect(dN > d0, f"and it grows with steps ({dN:.1e})")
+
+
+def reduction_order_shuffle(args):
+    extra = ["--fault=reduction_order:mode=shuffle", "--dist.reduce=ring"]
+    base = os.path.join(ROOT, "inputs", "baseline.ini")
+    run(args, ["--config", base, f"--train.steps={STEPS}", "--run.out=a.h5", *extra])
+    run(args, ["--config", base, f"--train.steps={STEPS}", "--run.out=b.h5", *extra])
+    a, c = Run(os.path.join(args.workdir, "a.h5")), Run(os.path.join(args.workdir, "b.h5"))
+    expect(in_sync(a) and in_sync(c), "replicas stay in sync within each run")
+    expect(a["train/global_loss"][0] == c["train/global_loss"][0], "step 0 is identical (no reduction yet)")
+    expect((a["train/param_hash"][:, 0] != c["train/param_hash"][:, 0]).any(), "two reruns differ (summation order changes)")
+
+
+def bitflip(args):
+    f, b = scenario(args, "bitflip")
+    g = f["train/grad_norm_local"]
+    expect(g[100, 2] > 1e20 and (g[100, [0, 1, 3]] < 100).all(), f"rank 2's local grad norm explodes at step 100 ({g[100, 2]:.3g}), only there")
+    expect((g[:100] == b["train/grad_norm_local"][:100]).all(), "identical to the baseline before step 100")
+    expect((f["train/grad_norm"][100] > 1e20).all(), "the reduced gradient of every rank spikes at step 100")
+    loss = f["train/global_loss"]
+    expect(np.isfinite(loss[:101]).all() and loss[:101].max() < 10, "the loss is normal up to step 100")
+    expect(not (loss[101] < 1e10) and not np.isfinite(loss[-1]), f"it explodes at step 101 ({loss[101]:.2g}) and ends NaN")
+    expect(in_sync(f), "replicas stay in sync (the corrupt value reaches everyone through the allreduce)")
+    expect([e[:2] for e in events_of(f, "bitflip")] == [(100, 2)], "one event at (100, rank 2)")
+
+
+def stale_scheduler(args):
+    extra = ["--train.steps=200"]
+    f, b = scenario(args, "stale_scheduler", extra)
+    lr, lrb = f["train/lr"], b["train/lr"]
+    expect((lr[:150] == lrb[:150]).all(), "LR identical before step 150")
+    expect(lr[150, 1] == lrb[0, 1] and lr[160, 1] == lrb[10, 1], "rank 1's LR restarts from the schedule's step 0 at 150")
+    expect((lr[150:, 0] == lrb[150:, 0]).all(), "the other ranks keep the schedule")
+    splits = f.split_steps()
+    expect(len(splits) and splits[0] == 150, f"replicas split at 150: {splits[:3]}")
+
+
+def clip_mismatch(args):
+    f, b = scenario(args, "clip_mismatch")
+    applied = f["train/grad_norm"]
+    expect((applied[:, 0] <= 0.5 + 1e-4).all(), "rank 0 applies gradients of norm <= 0.5")
+    over = np.nonzero(b["train/grad_norm"][:, 0] > 0.5)[0]
+    splits = f.split_steps()
+    expect(len(over) and len(splits) and splits[0] == over[0], f"replicas split at the first step whose norm exceeds 0.5 ({over[:1]})")
+    expect(in_sync(f, [1, 2, 3]), "ranks 1-3 stay together")
+
+
+if __name__ == "__main__":
+    from divsim_testlib import parse_args
+    commands = {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
+                                          "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
+                                          "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
+                                          "clip_mismatch"]}
+    a = parse_args(list(commands))
+    commands[a.command](a)
