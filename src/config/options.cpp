@@ -243,6 +243,8 @@ const std::vector<Field>& fields() {
             "amp: good steps before the scale doubles, >= 1"),
       field("record", "layers_every", &R::record, &RecordSection::layers_every, "per-layer statistics every N steps; 0 = never"),
       field("record", "samples", &R::record, &RecordSection::samples, "record /train/samples"),
+      field("record", "init_params", &R::record, &RecordSection::init_params,
+            "record rank 0's initial parameters under /init/<layer>/<param>"),
       field("record", "flush_every", &R::record, &RecordSection::flush_every, "H5Fflush every N steps, >= 1"),
       field("record", "chunk_steps", &R::record, &RecordSection::chunk_steps, "HDF5 chunk length along the step axis"),
   };

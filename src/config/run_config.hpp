@@ -112,6 +112,7 @@ struct PrecisionSection {
 struct RecordSection {
   std::int64_t layers_every = 10;  // per-layer statistics every N steps (0 = never)
   bool samples = false;            // record /train/samples
+  bool init_params = false;        // record rank 0's initial parameters under /init/<layer>/<param> (replays)
   std::int64_t flush_every = 100;  // H5Fflush every N steps
   std::int64_t chunk_steps = 256;  // HDF5 chunk length along the step axis
 };

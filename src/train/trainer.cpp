@@ -474,6 +474,12 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     for (Replica& r : replicas_)
       if (r.receives_init) r.params = rank0;
   }
+  if (cfg_.record.init_params)
+    for (const ParamTensor& t : model_.tensors())
+      writer.write_array("/init/" + t.layer + "/" + t.name,
+                         std::span<const float>(replicas_[0].params.data() + t.offset, t.size), t.shape,
+                         t.shape.size() == 2 ? "out,in" : "feature",
+                         "rank 0's initial " + t.layer + "." + t.name + " (PyTorch layout), before step 0");
   const std::size_t L = model_.layers().size(), R = replicas_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
   const bool keep_last_grad = std::any_of(faults_->rows().begin(), faults_->rows().end(),
