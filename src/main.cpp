@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
     if (f.report()) std::fprintf(stderr, "divsim: error: %s\n", f.what());
     MPI_Finalize();
     return f.exit_code();
+  } catch (const divsim::NumericStop& e) {
+    // Every rank stops at the same step (the decision is agreed); the file is complete.
+    if (rank == 0) std::fprintf(stderr, "divsim: stopped: %s\n", e.what());
+    MPI_Finalize();
+    return 4;
   } catch (const std::exception& e) {
     // A rank failing alone during the run must not leave the others waiting in a collective.
     std::fprintf(stderr, "divsim: error on rank %d: %s\n", rank, e.what());

@@ -223,6 +223,8 @@ const std::vector<Field>& fields() {
       field("train", "steps", &R::train, &TrainSection::steps, "optimizer steps; 0 = from train.epochs"),
       field("train", "epochs", &R::train, &TrainSection::epochs, "epochs when train.steps = 0"),
       field("train", "eval_every", &R::train, &TrainSection::eval_every, "evaluate every N steps; 0 = only at the end"),
+      field("train", "on_nonfinite", &R::train, &TrainSection::on_nonfinite,
+            "NaN/Inf in loss or gradients: stop (exit 4) | skip (the update) | record (only /events)"),
       field("sampler", "mode", &R::sampler, &SamplerSection::mode, "distributed | global_batch"),
       field("sampler", "shuffle", &R::sampler, &SamplerSection::shuffle, "reshuffle every epoch"),
       field("sampler", "seed", &R::sampler, &SamplerSection::seed, "sampler seed (shuffled with seed + epoch)"),
@@ -630,6 +632,7 @@ void validate(const RunConfig& c) {
   require_double("loss.gamma_pos", c.loss.gamma_pos, c.loss.gamma_pos >= 0, ">= 0");
   require_double("loss.gamma_neg", c.loss.gamma_neg, c.loss.gamma_neg >= 0, ">= 0");
   require_double("loss.margin", c.loss.margin, c.loss.margin >= 0 && c.loss.margin < 1, "in [0, 1)");
+  require_one_of("train.on_nonfinite", c.train.on_nonfinite, {"stop", "skip", "record"});
   require_one_of("batch.lr_scaling", c.batch.lr_scaling, {"none", "linear"});
   require_int("batch.base_global", c.batch.base_global, c.batch.base_global >= 1, ">= 1");
   require_one_of("precision.amp", c.precision.amp, {"none", "fp16"});

@@ -83,6 +83,7 @@ struct TrainSection {
   std::int64_t steps = 0;       // optimizer steps; 0 -> derived from epochs
   std::int64_t epochs = 10;
   std::int64_t eval_every = 0;  // 0 = evaluate only at the end
+  std::string on_nonfinite = "record";  // stop | skip | record: what a NaN/Inf loss or gradient does
 };
 
 struct SamplerSection {

@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 
 #include "comm/collectives.hpp"
+#include "divsim_version.hpp"
 #include "comm/reducer.hpp"
 #include "config/options.hpp"
 #include "data/dataset.hpp"
@@ -150,6 +153,8 @@ int exit_code_for(const std::exception_ptr& e) {
     return 2;
   } catch (const IoError&) {
     return 3;
+  } catch (const NumericStop&) {
+    return 4;
   } catch (...) {
     return 1;
   }
@@ -169,6 +174,7 @@ class Run {
   void own_gradient(Replica& r) const;  // r.own_grad = the rank's mean gradient before the reduction
   void reduce(std::int64_t step);
   bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
+  bool handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm);
   void broadcast_buffers();
 
   const RunConfig& cfg_;
@@ -197,6 +203,8 @@ class Run {
   };
   std::vector<PendingEvent> setup_events_;
   EventSink log_;
+  bool stop_requested_ = false;
+  std::vector<char> nonfinite_seen_;  // per local rank: a nonfinite event was logged (record mode)
   // Deterministic mode with the distributed (strided) sampler: a chunk is the strided set of global
   // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
   std::vector<std::size_t> chunk_order_;
@@ -453,6 +461,28 @@ bool Run::apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow)
   return false;
 }
 
+// train.on_nonfinite: a NaN/Inf loss or local gradient on any rank. The decision to skip or stop is
+// agreed by all ranks (one allreduce), so they skip or stop together; events name the ranks affected.
+// Returns true when this step's update is to be skipped.
+bool Run::handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm) {
+  int any = 0;
+  nonfinite_seen_.resize(replicas_.size());
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    if (std::isfinite(loss[k]) && std::isfinite(grad_norm[k])) continue;
+    any = 1;
+    const bool log_it = cfg_.train.on_nonfinite != "record" || !nonfinite_seen_[k];
+    nonfinite_seen_[k] = 1;
+    if (log_it)
+      log_(step, replicas_[k].rank, "nonfinite",
+           "loss " + std::to_string(loss[k]) + ", local grad norm " + std::to_string(grad_norm[k]) +
+               (cfg_.train.on_nonfinite == "stop" ? "; stopping" : cfg_.train.on_nonfinite == "skip" ? "; update skipped" : ""));
+  }
+  if (cfg_.train.on_nonfinite == "record") return false;
+  allreduce_in_place(&any, 1, MPI_INT, MPI_MAX, comm_);
+  if (any && cfg_.train.on_nonfinite == "stop") stop_requested_ = true;
+  return any != 0;
+}
+
 // DDP's broadcast_buffers: rank 0's BatchNorm running statistics replace those of every rank they reach.
 void Run::broadcast_buffers() {
   buffer_scratch_ = replicas_[0].buffers;  // logical rank 0's on process 0
@@ -496,6 +526,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
                          std::vector<double>(R * L)};
   std::vector<double> eval_loss(R), eval_acc(R);
 
+  std::int64_t stopped_at = -1;
   Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_);
   const auto t0 = Clock::now();
   for (std::int64_t step = 0; step < total_steps_; ++step) {
@@ -539,6 +570,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     global_loss /= static_cast<double>(plan_.global_batch);
 
     reduce(step);
+    const bool skip_nonfinite = handle_nonfinite(step, loss, gnorm_local);
 
     for (std::size_t k = 0; k < R; ++k) {
       Replica& r = replicas_[k];
@@ -548,7 +580,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       clip_grad_norm(g, r.knobs.clip_norm);
       gnorm[k] = l2_norm(g);
       lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr * lr_factor_, r.knobs.schedule_step, total_steps_);
-      if (skip || r.knobs.extra_updates < 0) continue;
+      if (skip || skip_nonfinite || r.knobs.extra_updates < 0) continue;
       r.optimizer->step(r.params, g, lr[k]);
       if (r.knobs.extra_updates > 0) {
         for (float& v : r.own_grad) v = static_cast<float>(v / r.loss_scale);
@@ -576,9 +608,24 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       writer.append_eval(step, eval_loss, eval_acc);
     }
     progress.update(step + 1, global_loss);
+    if (stop_requested_) {
+      stopped_at = step;
+      break;
+    }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (stopped_at >= 0 && (cfg_.train.eval_every == 0 || (stopped_at + 1) % cfg_.train.eval_every != 0)) {
+    for (std::size_t k = 0; k < R; ++k) {
+      const auto e = engine_->evaluate(replicas_[k], data_.test);
+      eval_loss[k] = e.loss;
+      eval_acc[k] = e.accuracy;
+    }
+    writer.append_eval(stopped_at, eval_loss, eval_acc);
+  }
   writer.finish();
+  if (stopped_at >= 0)
+    throw NumericStop("non-finite loss or gradient at step " + std::to_string(stopped_at) +
+                      " (train.on_nonfinite=stop); " + cfg_.output_path() + " holds steps 0.." + std::to_string(stopped_at));
 
   RunSummary s;
   s.steps = total_steps_;
@@ -596,7 +643,66 @@ RunSummary Run::train(TrajectoryWriter& writer) {
   return s;
 }
 
+void check_configuration_skew(const RunConfig& cfg, MPI_Comm comm) {
+  const std::string mine = std::string("version = ") + kVersion + " " + kGitSha + "\n" + to_ini(cfg);
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the text
+  for (const char c : mine) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::uint64_t lo = h, hi = h;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+  if (lo == hi) return;
+  // Gather every rank's text on rank 0 and name the keys that differ from rank 0's.
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm);
+  int total = 0;
+  for (int p = 0; p < size; ++p) {
+    offsets[static_cast<std::size_t>(p)] = total;
+    total += lengths[static_cast<std::size_t>(p)];
+  }
+  std::vector<char> all(static_cast<std::size_t>(rank == 0 ? total : 0));
+  MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, comm);
+  std::string message = "configuration or binary differs between ranks:";
+  if (rank == 0) {
+    auto keyed = [](const std::string& text) {
+      std::map<std::string, std::string> out;
+      std::string section;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        if (line[0] == '[') {
+          section = line.substr(1, line.find(']') - 1) + ".";
+          continue;
+        }
+        const auto eq = line.find(" = ");
+        if (eq == std::string::npos) continue;
+        const std::string key = (line.starts_with("fault") || line.starts_with("version") ? "" : section) + line.substr(0, eq);
+        out[key] += (out.count(key) ? "; " : "") + line.substr(eq + 3);
+      }
+      return out;
+    };
+    const auto ref = keyed(std::string(all.data(), static_cast<std::size_t>(lengths[0])));
+    for (int p = 1; p < size; ++p) {
+      const auto other = keyed(std::string(all.data() + offsets[static_cast<std::size_t>(p)], static_cast<std::size_t>(lengths[static_cast<std::size_t>(p)])));
+      std::string diffs;
+      for (const auto& [key, value] : other) {
+        const auto it = ref.find(key);
+        if (it == ref.end() || it->second != value)
+          diffs += " " + key + "=" + value + " (rank 0: " + (it == ref.end() ? "unset" : it->second) + ");";
+      }
+      for (const auto& [key, value] : ref)
+        if (!other.count(key)) diffs += " " + key + " unset (rank 0: " + value + ");";
+      if (!diffs.empty()) message += "\n  rank " + std::to_string(p) + ":" + diffs;
+    }
+  }
+  throw SetupFailure(message, 2, rank == 0);
+}
+
 RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
+  check_configuration_skew(cfg, comm);
   // A clock-derived value agreed by all processes, for faults that make reruns differ on purpose.
   auto nonce = static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm);

@@ -38,8 +38,18 @@ class SetupFailure : public std::runtime_error {
   bool report_;
 };
 
+// train.on_nonfinite=stop ended the run (after the file was completed): exit code 4.
+class NumericStop : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit code for an exception at the program's edge: 2 bad input, 3 runtime I/O, 1 otherwise.
 int exit_code_for(const std::exception_ptr& e);
+
+// Every process must run the same configuration and binary (seed 002 §3.5/§5.2: "some cards had the new
+// code"). Collective; throws SetupFailure (exit 2) listing the differing keys per rank.
+void check_configuration_skew(const RunConfig& cfg, MPI_Comm comm);
 
 RunSummary run_training(const RunConfig& cfg, MPI_Comm comm);
 
