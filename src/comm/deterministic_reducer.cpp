@@ -53,18 +53,22 @@ class DeterministicReducer final : public Reducer {
     for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
       const auto [off, size] = layout_.tensors[t];
       if (!std::isfinite(max_[t])) continue;
-      const int s = scale_exponent(max_[t]);
+      // Multiplying by a power of two is exact; llrint rounds once, to nearest (vectorised).
+      const double scale = std::ldexp(1.0, scale_exponent(max_[t]));
+      std::int64_t* acc = fixed_.data() + off;
       for (const auto& g : grads)
-        for (int p = 0; p < parts; ++p)
-          for (std::size_t i = off; i < off + size; ++i) fixed_[i] += std::llrint(std::ldexp(g[p * n + i], s));
+        for (int p = 0; p < parts; ++p) {
+          const float* v = g.data() + static_cast<std::size_t>(p) * n + off;
+          for (std::size_t i = 0; i < size; ++i) acc[i] += std::llrint(static_cast<double>(v[i]) * scale);
+        }
     }
     allreduce_in_place(fixed_.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm_);
     float* out = grads[0].data();
     for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
       const auto [off, size] = layout_.tensors[t];
-      const int s = scale_exponent(max_[t]);
+      const double unscale = std::ldexp(1.0, -scale_exponent(max_[t]));
       for (std::size_t i = off; i < off + size; ++i)
-        out[i] = std::isfinite(max_[t]) ? static_cast<float>(std::ldexp(static_cast<double>(fixed_[i]), -s) / divisor)
+        out[i] = std::isfinite(max_[t]) ? static_cast<float>(static_cast<double>(fixed_[i]) * unscale / divisor)
                                         : std::numeric_limits<float>::quiet_NaN();
     }
     for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(out, n, grads[k].data());

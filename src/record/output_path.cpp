@@ -16,8 +16,9 @@ void check_output_path(const std::string& path, bool overwrite) {
   if (fs::exists(p, ec) && !overwrite)
     throw ConfigError("run.out", "'" + path + "' already exists; set run.overwrite=true to replace it");
   // The nearest existing ancestor must be a writable folder (missing folders are created later).
-  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path()) dir = dir.parent_path();
+  fs::path dir = p.parent_path();
+  while (!dir.empty() && !fs::exists(dir, ec) && dir != dir.parent_path()) dir = dir.parent_path();
+  if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec))
     throw ConfigError("run.out", "'" + dir.string() + "' in the output path is not a folder");
   if (access(dir.c_str(), W_OK | X_OK) != 0)

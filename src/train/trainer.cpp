@@ -57,7 +57,7 @@ ProcessLayout layout_processes(const RunConfig& cfg, MPI_Comm comm) {
 }
 
 // Deterministic chunk size. It must be the same at every world size to be compared, so the automatic
-// choice depends only on the global micro-batch: the largest c <= 16 that divides the per-rank
+// choice depends only on the global micro-batch: the largest c <= 64 that divides the per-rank
 // micro-batch of every world size in {1,2,3,4,6,8} that divides the global micro-batch.
 std::int64_t deterministic_chunk(const RunConfig& cfg, const BatchPlan& plan) {
   std::int64_t c = cfg.dist.det_chunk;
@@ -68,7 +68,7 @@ std::int64_t deterministic_chunk(const RunConfig& cfg, const BatchPlan& plan) {
       if (g % d == 0) l = std::lcm(l, d);
     const std::int64_t base = cfg.batch.per_rank > 0 ? plan.micro_batch : g / l;
     c = 1;
-    for (std::int64_t d = 16; d >= 1; --d)
+    for (std::int64_t d = 64; d >= 1; --d)
       if (base % d == 0) {
         c = d;
         break;
