@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "comm/collectives.hpp"
+#include "comm/mpi_check.hpp"
 #include "comm/reducer.hpp"
 #include "comm/statistics.hpp"
 
@@ -46,6 +47,21 @@ void sum_statistics_allreduce(std::span<const double> values, int rows, std::spa
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
     for (std::size_t i = 0; i < n; ++i) out[i] += values[r * n + i];
   allreduce_in_place(out.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm);
+}
+
+void sum_statistics_in_rank_order(std::span<const double> values, int rows, std::span<double> out, MPI_Comm comm,
+                                  std::vector<double>& scratch) {
+  const std::size_t n = out.size();
+  if (values.size() != static_cast<std::size_t>(rows) * n) throw std::logic_error("sum_statistics: bad layout");
+  int processes = 1;
+  MPI_Comm_size(comm, &processes);
+  scratch.resize(values.size() * static_cast<std::size_t>(processes));
+  mpi_check(MPI_Allgather(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, scratch.data(),
+                          static_cast<int>(values.size()), MPI_DOUBLE, comm),
+            "MPI_Allgather");
+  std::fill(out.begin(), out.end(), 0.0);
+  for (std::size_t r = 0; r < scratch.size() / n; ++r)
+    for (std::size_t i = 0; i < n; ++i) out[i] += scratch[r * n + i];
 }
 
 std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm, const ReduceLayout& layout) {

@@ -121,14 +121,16 @@ class RingReducer final : public Reducer {
       for (std::size_t i = 0; i < layout_.num_params; ++i) g[i] /= d;
   }
 
+  // In logical-rank order, so that W logical ranks on any number of processes give the same bits.
   void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
-    sum_statistics_allreduce(values, layout_.rank_count * parts, out, comm_);
+    sum_statistics_in_rank_order(values, layout_.rank_count * parts, out, comm_, gathered_);
   }
 
  private:
   MPI_Comm comm_;
   ReduceLayout layout_;
   RingAllreduce ring_;
+  std::vector<double> gathered_;
 };
 
 }  // namespace

@@ -169,9 +169,9 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
                                      "mean loss over the whole global batch of the step");
   const std::array<std::pair<const char*, const char*>, 6> cols{{
       {"/train/loss", "rank's local loss: mean over the samples it processed in the step, before reduction"},
-      {"/train/grad_norm_local", "L2 norm of the rank's gradient before reduction"},
-      {"/train/grad_norm", "L2 norm of the gradient the rank's optimizer applied"},
-      {"/train/param_norm", "L2 norm of all parameters of the rank's replica"},
+      {"/train/grad_norm_local", "L2 norm of the rank's own mean gradient of the step, before reduction"},
+      {"/train/grad_norm", "L2 norm of the gradient the rank's optimizer applied in the step (after reduction, unscaling and clipping)"},
+      {"/train/param_norm", "L2 norm of all parameters of the rank's replica after the step's update"},
       {"/train/lr", "learning rate the rank's optimizer used in the step"},
       {"/train/loss_scale", "loss scale the rank used in the step (1 without loss scaling)"},
   }};
@@ -179,7 +179,7 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
     train_cols_[i] = make_series<double>(cols[i].first, H5T_IEEE_F64LE, {W}, true, "step,rank", cols[i].second);
   param_hash_ = make_series<std::uint64_t>(
       "/train/param_hash", H5T_STD_U64LE, {W}, true, "step,rank",
-      "64-bit hash of the bits of all parameters of the rank's replica: replicas in sync <=> equal");
+      "64-bit hash of the bits of all parameters of the rank's replica after the step's update: replicas in sync <=> equal");
   if (layout_.record_samples)
     samples_ = make_series<std::int64_t>("/train/samples", H5T_STD_I64LE,
                                          {W, static_cast<hsize_t>(layout_.samples_per_step)}, true,
@@ -190,15 +190,15 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
                                            "optimizer steps at which layer statistics were taken");
   forward_ = make_series<double>("/layers/forward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
                                  "step,rank,layer,stat",
-                                 "statistics of each layer's output over the rank's samples (see stats)");
+                                 "statistics of each layer's output over the rank's first micro-batch of the step (see stats)");
   backward_ = make_series<double>("/layers/backward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
                                   "step,rank,layer,stat",
-                                  "statistics of the loss gradient w.r.t. each layer's output (see stats)");
+                                  "statistics of the loss gradient w.r.t. each layer's output over the rank's first micro-batch (see stats)");
   const std::vector<std::string> stats(std::begin(kStats), std::end(kStats));
   h5::write_strings_attr(forward_.dataset, "stats", stats);
   h5::write_strings_attr(backward_.dataset, "stats", stats);
   layer_grad_norm_ = make_series<double>("/layers/grad_norm", H5T_IEEE_F64LE, {W, L}, true, "step,rank,layer",
-                                         "L2 norm of the gradient of each layer's parameters on the rank");
+                                         "L2 norm of the rank's own gradient (before reduction) of each layer's parameters; 0 for layers without parameters");
 
   eval_step_ = make_series<std::int64_t>("/eval/step", H5T_STD_I64LE, {}, false, "step",
                                          "optimizer step after which the evaluation ran");

@@ -34,3 +34,8 @@ foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank 
               clip_mismatch)
   divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4)
 endforeach()
+
+# Reproducibility across world sizes, bucket sizes and process layouts.
+foreach(case invariance invariance_sync_bn invariance_global_batch ring_buckets world_size_noise virtual_ranks)
+  divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
+endforeach()
