@@ -1,7 +1,8 @@
 // divsim: an MPI simulator of data-parallel training divergence.
 //
 // main() is the program's edge: it turns exceptions into the documented exit codes
-//   0 success; 2 usage/configuration/input error (nothing written); 3 runtime I/O error; 1 anything else
+//   0 success; 2 usage/configuration/input error (nothing written); 3 runtime I/O error;
+//   4 stopped by train.on_nonfinite=stop; 75 stopped by SIGTERM after a checkpoint; 1 anything else
 // and makes sure one failing rank brings the whole job down instead of hanging it.
 #include <mpi.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "config/options.hpp"
+#include "train/termination.hpp"
 #include "train/trainer.hpp"
 
 
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  divsim::install_termination_handler();
 
   divsim::CliResult cli;
   try {
@@ -45,6 +48,11 @@ int main(int argc, char** argv) {
     if (f.report()) std::fprintf(stderr, "divsim: error: %s\n", f.what());
     MPI_Finalize();
     return f.exit_code();
+  } catch (const divsim::Preempted& e) {
+    // SIGTERM (Slurm's --signal, preemption): every rank stopped after the same step, checkpointed.
+    if (rank == 0) std::fprintf(stderr, "divsim: %s\n", e.what());
+    MPI_Finalize();
+    return divsim::kExitPreempted;
   } catch (const divsim::NumericStop& e) {
     // Every rank stops at the same step (the decision is agreed); the file is complete.
     if (rank == 0) std::fprintf(stderr, "divsim: stopped: %s\n", e.what());

@@ -179,6 +179,9 @@ const std::vector<Field>& fields() {
       field("run", "overwrite", &R::run, &RunSection::overwrite, "replace an existing output file"),
       field("run", "seed", &R::run, &RunSection::seed, "base key of every random stream"),
       field("run", "device", &R::run, &RunSection::device, "cpu | cuda (GPU build, one GPU per rank)"),
+      field("run", "checkpoint_every", &R::run, &RunSection::checkpoint_every,
+            "checkpoint every N steps into <out>.ckpt/ (0: only when SIGTERM arrives)"),
+      field("run", "resume", &R::run, &RunSection::resume, "no | auto: continue from the newest checkpoint, if any"),
       field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic"),
       field("data", "root", &R::data, &DataSection::root, "folder of the Fashion-MNIST IDX files"),
       field("data", "train_size", &R::data, &DataSection::train_size, "first N training samples; 0 = all"),
@@ -678,6 +681,8 @@ void validate(const RunConfig& c) {
   require_one_of("sampler.mode", c.sampler.mode, {"distributed", "global_batch"});
   require_one_of("dist.reduce", c.dist.reduce, {"mpi", "ring", "deterministic"});
   require_one_of("run.device", c.run.device, {"cpu", "cuda"});
+  require_one_of("run.resume", c.run.resume, {"no", "auto"});
+  require_int("run.checkpoint_every", c.run.checkpoint_every, c.run.checkpoint_every >= 0, ">= 0");
   require_one_of("dist.backend", c.dist.backend, {"mpi", "nccl"});
   if (c.dist.backend == "nccl" && c.run.device != "cuda")
     throw ConfigError("dist.backend", "nccl reduces GPU buffers: it needs run.device=cuda");

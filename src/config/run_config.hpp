@@ -18,6 +18,8 @@ struct RunSection {
   bool overwrite = false;         // replace an existing output file
   std::uint64_t seed = 0;         // base key of every random stream
   std::string device = "cpu";     // cpu | cuda (needs a build with -DDIVSIM_CUDA=ON)
+  std::int64_t checkpoint_every = 0;  // checkpoint every N steps (0: only on SIGTERM)
+  std::string resume = "no";      // no | auto: continue from the newest checkpoint of run.out, if any
 };
 
 struct DataSection {

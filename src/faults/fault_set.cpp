@@ -1,5 +1,7 @@
 #include "faults/fault_set.hpp"
 
+#include <stdexcept>
+
 #include "config/options.hpp"
 
 namespace divsim {
@@ -62,6 +64,21 @@ void FaultSet::corrupt_gradients(std::int64_t step, Replica& r, std::size_t num_
   for (const auto& f : faults_)
     if (f->active(step, r.rank))
       if (const std::string d = f->corrupt_gradient(step, r, num_params); !d.empty()) log(step, r.rank, f->spec().name, d);
+}
+
+}  // namespace divsim
+
+namespace divsim {
+
+std::vector<std::int64_t> FaultSet::rank_state(int rank) const {
+  std::vector<std::int64_t> out;
+  for (const auto& per_rank : last_active_) out.push_back(per_rank[static_cast<std::size_t>(rank)]);
+  return out;
+}
+
+void FaultSet::restore_rank_state(int rank, const std::vector<std::int64_t>& state) {
+  if (state.size() != last_active_.size()) throw std::invalid_argument("checkpoint fault state does not match the faults");
+  for (std::size_t i = 0; i < state.size(); ++i) last_active_[i][static_cast<std::size_t>(rank)] = state[i];
 }
 
 }  // namespace divsim

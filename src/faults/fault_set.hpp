@@ -34,6 +34,10 @@ class FaultSet {
   bool plan_samples(const SampleRequest& req, Replica& r) const;
   void corrupt_gradients(std::int64_t step, Replica& r, std::size_t num_params, const EventSink& log) const;
 
+  // Bookkeeping of one rank (when each fault last acted on it), for checkpoints.
+  std::vector<std::int64_t> rank_state(int rank) const;
+  void restore_rank_state(int rank, const std::vector<std::int64_t>& state);
+
  private:
   std::vector<std::unique_ptr<Fault>> faults_;
   std::vector<std::vector<std::int64_t>> last_active_;  // per fault, per rank: last step it acted (-2 = never)

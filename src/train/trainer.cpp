@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -26,7 +28,10 @@
 #include "train/batch_plan.hpp"
 #include "comm/ring.hpp"
 #include "faults/fault_set.hpp"
+#include "train/checkpoint.hpp"
 #include "train/step_engine.hpp"
+#include "train/termination.hpp"
+#include "record/recorded_run.hpp"
 #ifdef DIVSIM_HAVE_CUDA
 #include "gpu_engine.hpp"
 #endif
@@ -90,23 +95,33 @@ std::string iso_time_utc() {
   return buf;
 }
 
+// The configuration a checkpoint must match: the effective INI without run.resume.
+std::string config_identity(const RunConfig& cfg) {
+  std::string ini = to_ini(cfg), out;
+  std::istringstream in(ini);
+  for (std::string line; std::getline(in, line);)
+    if (!line.starts_with("resume =")) out += line + "\n";
+  return out;
+}
+
 class Progress {
  public:
-  Progress(bool enabled, std::int64_t total) : enabled_(enabled), total_(total), start_(Clock::now()), last_(start_) {}
+  Progress(bool enabled, std::int64_t total, std::int64_t first)
+      : enabled_(enabled), total_(total), first_(first), start_(Clock::now()), last_(start_) {}
   void update(std::int64_t done, double loss) {
     if (!enabled_) return;
     const auto now = Clock::now();
     if (done < total_ && now - last_ < std::chrono::seconds(2)) return;
     last_ = now;
     const double secs = std::chrono::duration<double>(now - start_).count();
-    const double rate = static_cast<double>(done) / std::max(secs, 1e-9);
+    const double rate = static_cast<double>(done - first_) / std::max(secs, 1e-9);
     std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f steps/s  ETA %.0fs\n", static_cast<long long>(done),
                  static_cast<long long>(total_), loss, rate, static_cast<double>(total_ - done) / std::max(rate, 1e-9));
   }
 
  private:
   bool enabled_;
-  std::int64_t total_;
+  std::int64_t total_, first_;
   Clock::time_point start_, last_;
 };
 
@@ -155,6 +170,8 @@ int exit_code_for(const std::exception_ptr& e) {
     return 3;
   } catch (const NumericStop&) {
     return 4;
+  } catch (const Preempted&) {
+    return kExitPreempted;
   } catch (...) {
     return 1;
   }
@@ -174,6 +191,9 @@ class Run {
   void own_gradient(Replica& r) const;  // r.own_grad = the rank's mean gradient before the reduction
   void reduce(std::int64_t step);
   bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
+  void checkpoint(TrajectoryWriter& writer, std::int64_t step);
+  void replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const;
+  std::string resume_source() const { return cfg_.output_path() + ".resume-src"; }
   bool handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm);
   void broadcast_buffers();
 
@@ -204,6 +224,8 @@ class Run {
   std::vector<PendingEvent> setup_events_;
   EventSink log_;
   bool stop_requested_ = false;
+  std::optional<CheckpointManifest> resume_;  // the checkpoint this run continues from
+  std::int64_t layer_rows_ = 0, eval_rows_ = 0;  // trajectory rows written (for checkpoints)
   std::vector<char> nonfinite_seen_;  // per local rank: a nonfinite event was logged (record mode)
   // Deterministic mode with the distributed (strided) sampler: a chunk is the strided set of global
   // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
@@ -218,7 +240,16 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
       plan_(plan_batches(config, proc_.world_size)),
       data_(load_data(config.data, config.run.seed)),
       model_(config.model, data_.train.dim, data_.train.classes) {
+  if (cfg_.run.resume == "auto") resume_ = find_checkpoint(cfg_.output_path());
   check_output_path(cfg_.output_path(), cfg_.run.overwrite);
+  if (resume_) {
+    if (resume_->world_size != proc_.world_size)
+      throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) + " has world size " +
+                                          std::to_string(resume_->world_size) + ", this run " + std::to_string(proc_.world_size));
+    if (resume_->config != config_identity(cfg_))
+      throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) +
+                                          " was written with another configuration; resume with the same settings");
+  }
   const ReduceMode mode = parse_reduce_mode(cfg_.dist.reduce);
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
@@ -295,7 +326,15 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
     r.optimizer = make_optimizer(cfg_.optim, model_.num_params());
     r.loss_scale = cfg_.precision.amp == "fp16" ? cfg_.precision.loss_scale_init : 1.0;
     grad_spans_.emplace_back(r.grads);
+    if (resume_) {
+      RankCheckpointExtra extra;
+      read_rank_checkpoint(cfg_.output_path(), resume_->next_step - 1, r, extra);
+      faults_->restore_rank_state(r.rank, extra.fault_last_active);
+      nonfinite_seen_.resize(replicas_.size());
+      nonfinite_seen_[static_cast<std::size_t>(k)] = extra.nonfinite_seen;
+    }
   }
+  if (resume_) setup_events_.clear();  // they are in the trajectory being replayed
 }
 
 std::unique_ptr<TrajectoryWriter> Run::open_output() const {
@@ -317,7 +356,79 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   attrs.extra["data"] = data_.description;
   std::vector<FaultRow> rows;
   for (const auto& f : faults_->rows()) rows.push_back({f.name, f.ranks, f.spec, f.start, f.stop, f.every, f.prob});
-  return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
+  if (!resume_) return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
+
+  // Resume: the interrupted .partial becomes the replay source (unless an earlier resume already moved
+  // it and was interrupted itself), its rows up to the checkpoint go through a new writer, then it goes.
+  namespace fs = std::filesystem;
+  if (proc_.process == 0 && !fs::exists(resume_source())) {
+    std::error_code ec;
+    fs::rename(cfg_.output_path() + ".partial", resume_source(), ec);
+    if (ec) throw IoError("cannot resume: the trajectory '" + cfg_.output_path() + ".partial' is missing (" + ec.message() + ")");
+  }
+  MPI_Barrier(comm_);
+  attrs.created = read_recorded_run(resume_source(), tl, 0, 0, 0).created;
+  auto writer = std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
+  replay(*writer, tl);
+  writer->flush();
+  if (proc_.process == 0) std::filesystem::remove(resume_source());
+  return writer;
+}
+
+// The rows of the interrupted run up to its checkpoint, appended in the order the run appended them.
+void Run::replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const {
+  const RecordedRun old = read_recorded_run(resume_source(), layout, resume_->train_rows, resume_->layer_rows,
+                                            resume_->eval_rows);
+  const auto R = static_cast<std::size_t>(proc_.rank_count), L = layout.layer_names.size();
+  const auto B = static_cast<std::size_t>(layout.samples_per_step);
+  auto slice = [](const auto& v, std::size_t row, std::size_t width) {
+    return std::span(v.data() + row * width, width);
+  };
+  if (cfg_.record.init_params)
+    for (const ParamTensor& t : model_.tensors()) {
+      const std::string path = "/init/" + t.layer + "/" + t.name;
+      writer.write_array(path, read_recorded_array(resume_source(), path, t.size), t.shape,
+                         t.shape.size() == 2 ? "out,in" : "feature",
+                         "rank 0's initial " + t.layer + "." + t.name + " (PyTorch layout), before step 0");
+    }
+  std::size_t e = 0, lrow = 0, erow = 0;
+  for (std::size_t row = 0; row < static_cast<std::size_t>(old.rows); ++row) {
+    const std::int64_t step = old.step[row];
+    for (; e < old.events.size() && old.events[e].step == step; ++e)
+      if (proc_.process == 0) writer.add_event(step, old.events[e].rank, old.events[e].kind, old.events[e].detail);
+    writer.append_train(TrainRow{step, old.global_loss[row], slice(old.cols[0], row, R), slice(old.cols[1], row, R),
+                                 slice(old.cols[2], row, R), slice(old.cols[3], row, R), slice(old.cols[4], row, R),
+                                 slice(old.cols[5], row, R), slice(old.param_hash, row, R),
+                                 layout.record_samples ? slice(old.samples, row, R * B) : std::span<const std::int64_t>()});
+    if (lrow < old.layer_step.size() && old.layer_step[lrow] == step) {
+      writer.append_layers(step, slice(old.forward, lrow, R * L * kStatCount), slice(old.backward, lrow, R * L * kStatCount),
+                           slice(old.layer_grad_norm, lrow, R * L));
+      ++lrow;
+    }
+    if (erow < old.eval_step.size() && old.eval_step[erow] == step) {
+      writer.append_eval(step, slice(old.eval_loss, erow, R), slice(old.eval_accuracy, erow, R));
+      ++erow;
+    }
+  }
+}
+
+// After step `step`: flush the trajectory so it holds every row the checkpoint claims, then save.
+void Run::checkpoint(TrajectoryWriter& writer, std::int64_t step) {
+  writer.flush();
+  CheckpointManifest m;
+  m.next_step = step + 1;
+  m.world_size = proc_.world_size;
+  m.train_rows = step + 1;
+  m.layer_rows = layer_rows_;
+  m.eval_rows = eval_rows_;
+  m.config = config_identity(cfg_);
+  std::vector<const Replica*> reps;
+  std::vector<RankCheckpointExtra> extras;
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    reps.push_back(&replicas_[k]);
+    extras.push_back({faults_->rank_state(replicas_[k].rank), k < nonfinite_seen_.size() && nonfinite_seen_[k]});
+  }
+  write_checkpoint(comm_, cfg_.output_path(), m, reps, extras);
 }
 
 // The configuration's settings for a rank; faults change them afterwards.
@@ -498,13 +609,16 @@ RunSummary Run::train(TrajectoryWriter& writer) {
   for (const auto& e : setup_events_) writer.add_event(e.step, e.rank, e.kind, e.detail);
 
   // Rank 0's initial parameters reach every rank whose init was not cut off by a fault.
-  if (cfg_.dist.broadcast_init) {
+  const std::int64_t first_step = resume_ ? resume_->next_step : 0;
+  layer_rows_ = resume_ ? resume_->layer_rows : 0;
+  eval_rows_ = resume_ ? resume_->eval_rows : 0;
+  if (cfg_.dist.broadcast_init && !resume_) {
     std::vector<float> rank0 = replicas_[0].params;
     broadcast(rank0.data(), static_cast<int>(rank0.size()), MPI_FLOAT, 0, comm_);
     for (Replica& r : replicas_)
       if (r.receives_init) r.params = rank0;
   }
-  if (cfg_.record.init_params)
+  if (cfg_.record.init_params && !resume_)
     for (const ParamTensor& t : model_.tensors())
       writer.write_array("/init/" + t.layer + "/" + t.name,
                          std::span<const float>(replicas_[0].params.data() + t.offset, t.size), t.shape,
@@ -527,11 +641,11 @@ RunSummary Run::train(TrajectoryWriter& writer) {
   std::vector<double> eval_loss(R), eval_acc(R);
 
   std::int64_t stopped_at = -1;
-  Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_);
+  Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_, first_step);
   const auto t0 = Clock::now();
-  for (std::int64_t step = 0; step < total_steps_; ++step) {
+  for (std::int64_t step = first_step; step < total_steps_; ++step) {
     const std::int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
-    if (step == 0 || in_epoch == 0) sampler_->set_epoch(epoch);
+    if (step == first_step || in_epoch == 0) sampler_->set_epoch(epoch);
     const bool record_layers = cfg_.record.layers_every > 0 && step % cfg_.record.layers_every == 0;
 
     for (Replica& r : replicas_) {
@@ -596,7 +710,10 @@ RunSummary Run::train(TrajectoryWriter& writer) {
                 samples.begin() + static_cast<std::ptrdiff_t>(k * replicas_[k].step_samples.size()));
     }
     writer.append_train(TrainRow{step, global_loss, loss, gnorm_local, gnorm, pnorm, lr, scale, phash, samples});
-    if (record_layers) writer.append_layers(step, stats.forward, stats.backward, stats.grad_norm);
+    if (record_layers) {
+      writer.append_layers(step, stats.forward, stats.backward, stats.grad_norm);
+      ++layer_rows_;
+    }
 
     const bool last = step + 1 == total_steps_;
     if (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0)) {
@@ -606,8 +723,19 @@ RunSummary Run::train(TrajectoryWriter& writer) {
         eval_acc[k] = e.accuracy;
       }
       writer.append_eval(step, eval_loss, eval_acc);
+      ++eval_rows_;
     }
     progress.update(step + 1, global_loss);
+    // A termination request is agreed by all processes so they stop after the same step.
+    int terminate = termination_requested() ? 1 : 0;
+    allreduce_in_place(&terminate, 1, MPI_INT, MPI_MAX, comm_);
+    if (terminate && step + 1 < total_steps_) {
+      checkpoint(writer, step);
+      throw Preempted("terminated after step " + std::to_string(step) + "; checkpoint written to " +
+                      checkpoint_root(cfg_.output_path()) + ", run again with run.resume=auto to continue");
+    }
+    if (cfg_.run.checkpoint_every > 0 && (step + 1) % cfg_.run.checkpoint_every == 0 && step + 1 < total_steps_)
+      checkpoint(writer, step);
     if (stop_requested_) {
       stopped_at = step;
       break;
@@ -623,12 +751,16 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     writer.append_eval(stopped_at, eval_loss, eval_acc);
   }
   writer.finish();
+  if (proc_.process == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(checkpoint_root(cfg_.output_path()), ec);  // the run is complete
+  }
   if (stopped_at >= 0)
     throw NumericStop("non-finite loss or gradient at step " + std::to_string(stopped_at) +
                       " (train.on_nonfinite=stop); " + cfg_.output_path() + " holds steps 0.." + std::to_string(stopped_at));
 
   RunSummary s;
-  s.steps = total_steps_;
+  s.steps = total_steps_ - first_step;
   s.world_size = proc_.world_size;
   s.seconds = seconds;
   s.output = cfg_.output_path();

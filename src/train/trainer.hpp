@@ -44,6 +44,12 @@ class NumericStop : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// SIGTERM arrived: the run checkpointed and stopped (exit code kExitPreempted, train/termination.hpp).
+class Preempted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit code for an exception at the program's edge: 2 bad input, 3 runtime I/O, 1 otherwise.
 int exit_code_for(const std::exception_ptr& e);
 
