@@ -20,7 +20,7 @@ PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key);
 enum class Stream : std::uint32_t {
   init = 1,       // parameter initialisation: words = (parameter id)
   sampler = 2,    // epoch permutation: words = (epoch)
-  dropout = 3,    // words = (step, micro, global sample index, layer)
+  dropout = 3,    // words = (step, global sample index, layer): not the micro-step (see reproducibility.md)
   augment = 4,    // words = (step, global sample index)
   fault = 5,      // fault decisions: words = (fault id, step, rank)
   synthetic = 6,  // synthetic dataset: words = (what, index)

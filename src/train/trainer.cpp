@@ -254,6 +254,10 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist)");
+  if (cfg_.model.batchnorm && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
+    throw ConfigError("model.batchnorm", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
+                                         "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +
+                                         "); use dist.sync_bn=true or a larger batch.global");
   if (cfg_.batch.lr_scaling == "linear")
     lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
 
