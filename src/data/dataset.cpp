@@ -107,17 +107,20 @@ struct RawImages {
   std::vector<std::int32_t> labels;  // n
 };
 
+void expect_magic(GzReader& f, const std::string& path, std::uint32_t expected, const char* what) {
+  const std::uint32_t magic = f.read_be32("header");
+  if (magic == expected) return;
+  char got[16], want[16];
+  std::snprintf(got, sizeof got, "0x%08X", magic);
+  std::snprintf(want, sizeof want, "0x%08X", expected);
+  throw DataError(path, std::string("wrong magic ") + got + " (" + what + " starts with " + want + ")");
+}
+
 RawImages read_idx_raw(const std::string& images_path, const std::string& labels_path) {
   RawImages raw;
   {
     GzReader f(images_path);
-    const std::uint32_t magic = f.read_be32("header");
-    if (magic != kIdxImagesMagic) {
-      char hex[16];
-      std::snprintf(hex, sizeof hex, "0x%08X", magic);
-      throw DataError(images_path,
-                      std::string("wrong magic ") + hex + " (an IDX image file starts with 0x00000803)");
-    }
+    expect_magic(f, images_path, kIdxImagesMagic, "an IDX image file");
     const std::uint32_t n = f.read_be32("header"), rows = f.read_be32("header"), cols = f.read_be32("header");
     if (n == 0 || rows == 0 || cols == 0) {
       throw DataError(images_path, "empty image set: " + std::to_string(n) + " images of " +
@@ -135,13 +138,7 @@ RawImages read_idx_raw(const std::string& images_path, const std::string& labels
   }
   {
     GzReader f(labels_path);
-    const std::uint32_t magic = f.read_be32("header");
-    if (magic != kIdxLabelsMagic) {
-      char hex[16];
-      std::snprintf(hex, sizeof hex, "0x%08X", magic);
-      throw DataError(labels_path,
-                      std::string("wrong magic ") + hex + " (an IDX label file starts with 0x00000801)");
-    }
+    expect_magic(f, labels_path, kIdxLabelsMagic, "an IDX label file");
     const std::uint32_t n = f.read_be32("header");
     if (static_cast<std::int64_t>(n) != raw.n) {
       throw DataError(labels_path, "has " + std::to_string(n) + " labels but " + images_path + " has " +
