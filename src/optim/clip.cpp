@@ -6,9 +6,17 @@
 namespace divsim {
 
 double l2_norm(std::span<const float> v) {
-  double sum = 0.0;
-  for (const float x : v) sum += static_cast<double>(x) * static_cast<double>(x);
-  return std::sqrt(sum);
+  // 16 partial sums in a fixed pattern (vectorisable: one serial chain of dependent additions is
+  // ten times slower), combined in a fixed order: deterministic and independent of the process layout.
+  constexpr std::size_t kLanes = 16;
+  double lane[kLanes] = {};
+  const std::size_t body = v.size() - v.size() % kLanes;
+  for (std::size_t i = 0; i < body; i += kLanes)
+    for (std::size_t k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(v[i + k]) * static_cast<double>(v[i + k]);
+  for (std::size_t i = body; i < v.size(); ++i) lane[i - body] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+  for (std::size_t width = kLanes / 2; width > 0; width /= 2)
+    for (std::size_t k = 0; k < width; ++k) lane[k] += lane[k + width];
+  return std::sqrt(lane[0]);
 }
 
 double clip_grad_norm(std::span<float> grads, double max_norm) {

@@ -645,6 +645,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
   std::vector<double> eval_loss(R), eval_acc(R);
 
   std::int64_t stopped_at = -1;
+  double eval_seconds = 0.0;
   Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_, first_step);
   const auto t0 = Clock::now();
   for (std::int64_t step = first_step; step < total_steps_; ++step) {
@@ -695,8 +696,9 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       scale[k] = r.loss_scale;
       const std::span<float> g(r.grads.data(), np);
       const bool skip = apply_loss_scaling(r, step, local_overflow[k] != 0);
-      clip_grad_norm(g, r.knobs.clip_norm);
-      gnorm[k] = l2_norm(g);
+      // The norm before clipping is the applied one unless clipping scaled the gradient.
+      const double before = clip_grad_norm(g, r.knobs.clip_norm);
+      gnorm[k] = r.knobs.clip_norm > 0.0 && before + 1e-6 > r.knobs.clip_norm ? l2_norm(g) : before;
       lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr * lr_factor_, r.knobs.schedule_step, total_steps_);
       if (skip || skip_nonfinite || r.knobs.extra_updates < 0) continue;
       r.optimizer->step(r.params, g, lr[k]);
@@ -721,6 +723,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
 
     const bool last = step + 1 == total_steps_;
     if (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0)) {
+      const auto eval_start = Clock::now();
       for (std::size_t k = 0; k < R; ++k) {
         const auto e = engine_->evaluate(replicas_[k], data_.test);
         eval_loss[k] = e.loss;
@@ -728,6 +731,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       }
       writer.append_eval(step, eval_loss, eval_acc);
       ++eval_rows_;
+      eval_seconds += std::chrono::duration<double>(Clock::now() - eval_start).count();
     }
     progress.update(step + 1, global_loss);
     // A termination request is agreed by all processes so they stop after the same step.
@@ -745,7 +749,8 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       break;
     }
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Steps per second measure the training steps: evaluations are not counted.
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - eval_seconds;
   if (stopped_at >= 0 && (cfg_.train.eval_every == 0 || (stopped_at + 1) % cfg_.train.eval_every != 0)) {
     for (std::size_t k = 0; k < R; ++k) {
       const auto e = engine_->evaluate(replicas_[k], data_.test);

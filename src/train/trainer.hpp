@@ -18,7 +18,7 @@ namespace divsim {
 struct RunSummary {
   std::int64_t steps = 0;
   int world_size = 1;
-  double seconds = 0.0;          // wall time of the step loop
+  double seconds = 0.0;          // wall time of the training steps (evaluations excluded)
   double eval_loss_min = 0, eval_loss_max = 0, eval_acc_min = 0, eval_acc_max = 0;  // final eval over ranks
   std::string output;
 };
