@@ -1,0 +1,124 @@
+"""Plumbing shared by the bench/ scripts: finding divsim and the bench helpers of its build, running divsim
+under mpiexec (steps/s of its step loop, wall time, peak RSS per process), repeating measurements,
+and the command line every script shares (--quick, --write DOC).
+
+Each script defines `table(argv) -> str` (measure, return a markdown table with the settings it used)
+and calls `cli(table, section, quick)`. `--write DOC` replaces the text between
+`<!-- bench:SECTION:begin -->` and `<!-- bench:SECTION:end -->` in DOC. Deliberately not here: what is
+measured and how it is judged (each script owns its own), and any target check: these print figures,
+they do not pass or fail.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RATE = re.compile(r"([0-9.]+) steps/s")
+RSS = re.compile(r"^divsim-peak-rss-kb (\d+)$", re.M)
+
+
+class BenchError(RuntimeError):
+    """A measurement could not be taken as asked (missing binary, failed run): not a slow result."""
+
+
+def add_divsim_arguments(ap):
+    ap.add_argument("--divsim", default=os.path.join(REPO, "build", "divsim"),
+                    help="the divsim binary; the bench helpers are looked for in <its folder>/bench/")
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec.mpich") or shutil.which("mpiexec") or "mpiexec")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per point; the fastest counts")
+
+
+def check_divsim(path):
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise BenchError(f"no divsim binary at {path}: build it (cmake --preset release && cmake --build --preset release) "
+                         "or pass --divsim PATH")
+    return path
+
+
+def helper(divsim, name):
+    """Path of a bench helper program (bench/CMakeLists.txt) built beside `divsim`."""
+    path = os.path.join(os.path.dirname(os.path.abspath(divsim)), "bench", name)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise BenchError(f"{path} is missing: build the target {name} (cmake --build <build> --target {name}); "
+                         "the top-level CMakeLists.txt must contain add_subdirectory(bench)")
+    return path
+
+
+def run_divsim(a, procs, args, out, rss=False, timeout=3600):
+    """`mpiexec -n procs divsim --quiet ARGS` writing `out`. Returns {rate: steps/s of the step loop as
+    divsim reports it, wall: seconds of the whole command (start-up included), rss_mb: peak RSS of each
+    process (with rss=True)}."""
+    prefix = ["/usr/bin/time", "-f", "divsim-peak-rss-kb %M"] if rss else []
+    cmd = [a.mpiexec, "-n", str(procs), *prefix, check_divsim(a.divsim), "--quiet", "--run.overwrite=true",
+           f"--run.out={out}", *args]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr.strip()}")
+    m = RATE.search(p.stdout)
+    if not m:
+        raise BenchError(f"no 'steps/s' in divsim's summary line: {p.stdout.strip()!r}")
+    result = {"rate": float(m.group(1)), "wall": wall}
+    if rss:
+        result["rss_mb"] = [int(k) / 1024.0 for k in RSS.findall(p.stderr)]
+        if len(result["rss_mb"]) != procs:
+            raise BenchError(f"expected {procs} peak-RSS lines from /usr/bin/time, got: {p.stderr.strip()!r}")
+    return result
+
+
+def fastest(runs, key="rate"):
+    """The run with the highest `key`: interference from other processes only ever slows a run down."""
+    return max(runs, key=lambda r: r[key])
+
+
+def repeated(repeats, points, measure):
+    """{point: [measure(point) for each repeat]}, with the repeats interleaved over the points so that a
+    burst of load elsewhere on the machine hits every point alike instead of one."""
+    results = {p: [] for p in points}
+    for _ in range(repeats):
+        for p in points:
+            results[p].append(measure(p))
+    return results
+
+
+def machine():
+    """One line naming the machine and its load, printed under every table (the figures depend on both)."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    return f"{model}, {os.cpu_count()} cores, load average {load:.1f} at the start"
+
+
+def write_section(doc, section, text):
+    with open(doc) as f:
+        content = f.read()
+    pattern = re.compile(rf"(<!-- bench:{re.escape(section)}:begin -->\n).*?(\n<!-- bench:{re.escape(section)}:end -->)", re.S)
+    if not pattern.search(content):
+        raise BenchError(f"{doc} has no <!-- bench:{section}:begin --> ... <!-- bench:{section}:end --> markers")
+    with open(doc, "w") as f:
+        f.write(pattern.sub(lambda m: m.group(1) + text + m.group(2), content))
+
+
+def cli(table, section, quick):
+    """Command line of a bench script: [--quick] [--write DOC] plus the script's own options. --quick puts
+    the reduced settings `quick` first, so options given explicitly still win."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--write", default="")
+    known, rest = ap.parse_known_args()
+    try:
+        text = table((quick if known.quick else []) + rest)
+        print(text)
+        if known.write:
+            write_section(known.write, section, text)
+    except BenchError as e:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {e}")

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Steps/s of divsim against PyTorch DDP (bench/ddp_peer.py) on the identical job, W = 1, 2, 4.
+
+The job: MLP 784-256-128-10 with BatchNorm and dropout 0.1, SGD (lr 0.05, momentum 0.9, cosine
+schedule), global batch 256 split over W ranks, the full Fashion-MNIST training split in memory. divsim
+runs on W MPI processes with its default recording (the whole per-step trajectory and layer statistics
+every 10 steps, to HDF5); the DDP peer runs W spawned processes, one thread each, appending every
+rank's loss and gradient norm per step. Both sides time the step loop and the final evaluation only
+(divsim: the steps/s of its summary line; the peer: rank 0 from a barrier after set-up), so process
+start-up, imports and data loading are excluded on both. Every point is run --repeats times,
+interleaved; the fastest run counts. The mean loss over the last tenth of the steps shows that both
+sides trained the same job (they draw different initial parameters and dropout masks, so it agrees
+only approximately). The matmul rate of torch's BLAS is printed to show which BLAS the peer runs on
+(Debian's reference BLAS: a few GFLOP/s; OpenBLAS: about a hundred).
+
+usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--worlds 1,2,4] [--steps 500] [--repeats 3]
+       [--divsim build/divsim] [-- extra divsim options for both sides]
+"""
+import argparse
+import os
+import tempfile
+
+import h5py
+
+import benchlib
+import ddp_peer
+
+SECTION = "vs_ddp"
+QUICK = ["--steps", "40", "--repeats", "1", "--worlds", "1,4"]
+JOB = ["--model.hidden=256,128", "--model.batchnorm=true", "--model.dropout=0.1", "--batch.global=256",
+       "--optim.type=sgd", "--optim.lr=0.05", "--optim.momentum=0.9", "--schedule.type=cosine"]
+
+
+def table(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    benchlib.add_divsim_arguments(ap)
+    ap.add_argument("--worlds", default="1,2,4")
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("options", nargs="*", help="extra divsim options for both sides")
+    a = ap.parse_args(argv)
+    worlds = [int(w) for w in a.worlds.split(",")]
+    job = JOB + a.options + [f"--train.steps={a.steps}"]
+    cfg = ddp_peer.config_from_divsim(benchlib.check_divsim(a.divsim), job)
+    tail = max(1, a.steps // 10)
+
+    with tempfile.TemporaryDirectory(prefix="bench-vs-ddp-") as tmp:
+        def measure(point):
+            side, w = point
+            if side == "divsim":
+                out = os.path.join(tmp, f"divsim{w}.h5")
+                r = benchlib.run_divsim(a, w, job, out)
+                with h5py.File(out, "r") as f:
+                    r["tail_loss"] = float(f["train/global_loss"][-tail:].mean())
+                return r
+            try:
+                d = ddp_peer.run_ddp(cfg, w, a.steps)
+            except ValueError as e:
+                raise benchlib.BenchError(str(e)) from e
+            d.write_h5(os.path.join(tmp, f"ddp{w}.h5"))
+            return {"rate": d.steps_per_s, "tail_loss": float(d.loss[-tail:].mean())}
+
+        runs = benchlib.repeated(a.repeats, [(s, w) for w in worlds for s in ("divsim", "ddp")], measure)
+    blas = ddp_peer.blas_gflops()
+
+    rows = ["| W | divsim steps/s | PyTorch DDP steps/s | divsim / DDP | mean loss, last 10% of steps: divsim | DDP |",
+            "|---|---|---|---|---|---|"]
+    for w in worlds:
+        d, t = benchlib.fastest(runs[("divsim", w)]), benchlib.fastest(runs[("ddp", w)])
+        rows.append(f"| {w} | {d['rate']:.1f} | {t['rate']:.1f} | {d['rate'] / t['rate']:.2f} | "
+                    f"{d['tail_loss']:.3f} | {t['tail_loss']:.3f} |")
+    rows += ["", f"Settings: {a.steps} steps, best of {a.repeats}, job `{' '.join(job[:-1])}`; "
+                 f"torch {ddp_peer.torch.__version__} matmul 1024^3 on one thread: {blas:.0f} GFLOP/s; "
+                 f"{benchlib.machine()}."]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    benchlib.cli(table, SECTION, QUICK)
