@@ -220,6 +220,8 @@ const std::vector<Field>& fields() {
       field("batch", "global", &R::batch, &BatchSection::global, "global batch per optimizer step, >= 1"),
       field("batch", "per_rank", &R::batch, &BatchSection::per_rank, "if > 0: fixed per-rank micro-batch instead"),
       field("batch", "accum_steps", &R::batch, &BatchSection::accum_steps, "micro-batches per optimizer step, >= 1"),
+      field("batch", "max_micro", &R::batch, &BatchSection::max_micro,
+            "if > 0: largest per-rank micro-batch; accum_steps is raised per world size to fit (0 = off)"),
       field("batch", "drop_last", &R::batch, &BatchSection::drop_last, "drop the epoch tail instead of wrapping around"),
       field("batch", "lr_scaling", &R::batch, &BatchSection::lr_scaling, "none | linear: lr *= global / base_global"),
       field("batch", "base_global", &R::batch, &BatchSection::base_global, "global batch optim.lr was tuned for, >= 1"),
@@ -636,6 +638,9 @@ void validate(const RunConfig& c) {
   require_double("loss.gamma_neg", c.loss.gamma_neg, c.loss.gamma_neg >= 0, ">= 0");
   require_double("loss.margin", c.loss.margin, c.loss.margin >= 0 && c.loss.margin < 1, "in [0, 1)");
   require_one_of("train.on_nonfinite", c.train.on_nonfinite, {"stop", "skip", "record"});
+  require_int("batch.max_micro", c.batch.max_micro, c.batch.max_micro >= 0, ">= 0");
+  if (c.batch.max_micro > 0 && c.batch.per_rank > 0)
+    throw ConfigError("batch.max_micro", "applies to a fixed batch.global; it contradicts batch.per_rank > 0");
   require_one_of("batch.lr_scaling", c.batch.lr_scaling, {"none", "linear"});
   require_int("batch.base_global", c.batch.base_global, c.batch.base_global >= 1, ">= 1");
   require_one_of("precision.amp", c.precision.amp, {"none", "fp16"});

@@ -75,7 +75,8 @@ struct ScheduleSection {
 struct BatchSection {
   std::int64_t global = 256;    // global batch per optimizer step (all ranks, all micro-steps)
   std::int64_t per_rank = 0;    // if > 0: per-rank micro-batch fixed instead (global grows with W)
-  std::int64_t accum_steps = 1; // micro-batches per optimizer step
+  std::int64_t accum_steps = 1; // micro-batches per optimizer step (the least, with max_micro)
+  std::int64_t max_micro = 0;   // if > 0: largest per-rank micro-batch; accumulation grows with 1/W to fit
   bool drop_last = true;        // sampler: drop the tail instead of padding by wrap-around
   std::string lr_scaling = "none";  // none | linear: lr *= global / base_global (Goyal et al.)
   std::int64_t base_global = 256;    // the global batch optim.lr was tuned for

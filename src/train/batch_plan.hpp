@@ -3,7 +3,8 @@
 // it the learning dynamics, must not change silently when the number of GPUs does).
 //
 //   batch.per_rank == 0: the global batch is fixed; micro = global / (W * accum_steps), an error when
-//                        it does not divide;
+//                        it does not divide; with batch.max_micro the accumulation count is the least
+//                        >= accum_steps that splits it into micro-batches of at most max_micro;
 //   batch.per_rank  > 0: the per-rank micro-batch is fixed; global = W * per_rank * accum_steps grows
 //                        with W.
 #include <cstdint>

@@ -62,19 +62,25 @@ ProcessLayout layout_processes(const RunConfig& cfg, MPI_Comm comm) {
 }
 
 // Deterministic chunk size. It must be the same at every world size to be compared, so the automatic
-// choice depends only on the global micro-batch: the largest c <= 64 that divides the per-rank
-// micro-batch of every world size in {1,2,3,4,6,8} that divides the global micro-batch.
+// choice does not depend on this run's W: the largest c <= 64 that divides the per-rank micro-batch of
+// every world size in {1,2,3,4,6,8} that can split the batch (as planned for that W, so a derived
+// accumulation count is taken into account). With batch.per_rank fixed there is no such invariance to
+// keep, and the per-rank micro-batch decides.
 std::int64_t deterministic_chunk(const RunConfig& cfg, const BatchPlan& plan) {
   std::int64_t c = cfg.dist.det_chunk;
   if (c == 0) {
-    const std::int64_t g = plan.micro_batch * plan.world_size;
-    std::int64_t l = 1;
-    for (std::int64_t d : {2, 3, 4, 6, 8})
-      if (g % d == 0) l = std::lcm(l, d);
-    const std::int64_t base = cfg.batch.per_rank > 0 ? plan.micro_batch : g / l;
+    std::int64_t g = plan.micro_batch;
+    if (cfg.batch.per_rank == 0)
+      for (int w : {1, 2, 3, 4, 6, 8}) {
+        try {
+          g = std::gcd(g, plan_batches(cfg, w).micro_batch);
+        } catch (const ConfigError&) {
+          // this world size cannot split the batch: nothing to stay invariant with
+        }
+      }
     c = 1;
     for (std::int64_t d = 64; d >= 1; --d)
-      if (base % d == 0) {
+      if (g % d == 0) {
         c = d;
         break;
       }

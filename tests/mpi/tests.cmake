@@ -36,6 +36,7 @@ foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank 
 endforeach()
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
-foreach(case invariance invariance_sync_bn invariance_global_batch ring_buckets world_size_noise virtual_ranks)
+foreach(case invariance invariance_sync_bn invariance_global_batch derived_accumulation ring_buckets world_size_noise
+             virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()
