@@ -6,3 +6,10 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+# The GPU variant is configured and built wherever the CUDA toolkit is (so it never rots); its GPU
+# tests skip with a reason on machines without a GPU.
+if [ -x /usr/local/cuda/bin/nvcc ] && [ "$#" -eq 0 ]; then
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DDIVSIM_CUDA=ON >/dev/null
+  cmake --build build-cuda -j"$(nproc)" --target divsim divsim_gpu_tests
+  ctest --test-dir build-cuda --output-on-failure -L gpu
+fi

@@ -691,6 +691,8 @@ void validate(const RunConfig& c) {
   require_one_of("dist.backend", c.dist.backend, {"mpi", "nccl"});
   if (c.dist.backend == "nccl" && c.run.device != "cuda")
     throw ConfigError("dist.backend", "nccl reduces GPU buffers: it needs run.device=cuda");
+  if (c.dist.backend == "nccl" && c.dist.reduce != "mpi")
+    throw ConfigError("dist.backend", "nccl performs the allreduce itself: it needs dist.reduce=mpi");
   require_double("dist.bucket_cap_mb", c.dist.bucket_cap_mb, c.dist.bucket_cap_mb > 0, "> 0");
   // That world_size is a multiple of the process count is checked once MPI is up.
   require_int("dist.world_size", c.dist.world_size, c.dist.world_size >= 0, ">= 0 (0 = one rank per process)");

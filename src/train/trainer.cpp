@@ -34,6 +34,7 @@
 #include "record/recorded_run.hpp"
 #ifdef DIVSIM_HAVE_CUDA
 #include "gpu_engine.hpp"
+#include "nccl_reducer.hpp"
 #endif
 
 namespace divsim {
@@ -309,7 +310,15 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
   reduce_layout_.num_params = model_.num_params();
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
-  reducer_ = make_reducer(mode, comm_, reduce_layout_);
+  if (cfg_.dist.backend == "nccl") {
+#ifdef DIVSIM_HAVE_CUDA
+    reducer_ = make_nccl_reducer(comm_, reduce_layout_);
+#else
+    throw ConfigError("dist.backend", "this divsim was built without NCCL (configure with -DDIVSIM_CUDA=ON)");
+#endif
+  } else {
+    reducer_ = make_reducer(mode, comm_, reduce_layout_);
+  }
   if (cfg_.run.device == "cuda") {
 #ifdef DIVSIM_HAVE_CUDA
     engine_ = make_gpu_engine(model_, data_.train, *reducer_, es, proc_.process, comm_);
