@@ -689,6 +689,12 @@ RunSummary Run::train(TrajectoryWriter& writer) {
       engine_->run_micro(replicas_, step, micro, record_layers && micro == 0 ? &stats : nullptr);
     }
 
+    if (record_layers)  // gradients w.r.t. outputs as PyTorch sees them: per-rank mean loss, unscaled
+      for (std::size_t k = 0; k < R; ++k) {
+        const double unscale = (deterministic_ ? 1.0 / static_cast<double>(plan_.per_rank_step()) : 1.0) /
+                               replicas_[k].loss_scale;
+        for (std::size_t i = k * L * kStatCount; i < (k + 1) * L * kStatCount; ++i) stats.backward[i] *= unscale;
+      }
     for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
     local_gradient_norms(gnorm_local, stats.grad_norm);
     for (std::size_t k = 0; k < R; ++k) {
