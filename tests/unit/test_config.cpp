@@ -176,7 +176,7 @@ RunConfig everything_changed() {
   c.train.on_nonfinite = "skip";
   c.sampler = {"global_batch", false, 99};
   c.dist.reduce = "deterministic";
-  c.dist.backend = "nccl";
+  c.dist.backend = "mpi";  // nccl needs dist.reduce=mpi; the string round trip is the same
   c.dist.bucket_cap_mb = 0.0001;
   c.dist.broadcast_buffers = false;
   c.dist.sync_bn = true;
