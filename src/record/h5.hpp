@@ -54,6 +54,9 @@ class Handle {
   operator hid_t() const noexcept { return id_; }  // NOLINT(google-explicit-constructor)
   explicit operator bool() const noexcept { return id_ >= 0; }
 
+  // Gives up ownership without closing: the caller closes the returned handle.
+  hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
+
   // Close now, ignoring errors (destructor path).
   void reset() noexcept {
     if (id_ >= 0) Close(id_);

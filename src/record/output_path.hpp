@@ -1,6 +1,7 @@
 #pragma once
 // Checks on the output path that belong to input validation (exit 2, nothing written): an existing file
-// without run.overwrite, a path that is a folder, and a location this process cannot write to.
+// without run.overwrite, a folder, device or pipe where the output (or its .partial or .journal) would
+// go, and a location this process cannot write to. It creates nothing; the writer creates the folders.
 #include <string>
 
 namespace divsim {

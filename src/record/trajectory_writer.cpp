@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -19,6 +20,7 @@ constexpr hsize_t kMaxChunkBytes = hsize_t{16} << 20;  // readers fetch whole ch
 constexpr hsize_t kEventChunkRows = 256;
 constexpr std::int64_t kSchemaVersion = 1;
 constexpr const char* kStats[] = {"mean", "std", "min", "max", "l2"};
+constexpr std::uint32_t kJournalFormat = 1;  // bump when the journal payloads change
 constexpr hsize_t kNumStats = std::size(kStats);
 
 template <class T>
@@ -57,6 +59,22 @@ std::string prepare_output(const std::string& final_path, bool overwrite) {
     if (ec) return "cannot create output folder '" + path.parent_path().string() + "': " + ec.message();
   }
   return {};
+}
+
+// A collective HDF5 write can fail on some processes only (disk full or quota hit on the MPI-IO
+// aggregators), and HDF5's error paths then skip collective steps that the other processes wait in: no
+// exception could bring the processes back to a point where they agree, and the job would hang. So
+// with more than one process, the failing one reports and ends the job (exit 3); alone, it throws.
+void check_collective(MPI_Comm comm, herr_t result, std::string_view what) {
+  if (result >= 0) return;
+  const std::string message = std::string(what) + ": " + h5::take_error_stack();
+  int procs = 1, rank = 0;
+  MPI_Comm_size(comm, &procs);
+  if (procs == 1) throw IoError(message);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "divsim: error on rank %d: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(comm, 3);
 }
 
 // Every process returns process 0's string (used to fail on all processes together).
@@ -102,8 +120,8 @@ h5::Dataset create_fixed(hid_t file, const std::string& path, hid_t file_type, c
 
 // Collective write of a whole fixed-size dataset from process 0's buffer of n values (others select
 // nothing but take part).
-void write_from_root(hid_t dset, hid_t mem_type, const void* data, hsize_t n, int proc, hid_t dxpl,
-                     const std::string& path) {
+void write_from_root(MPI_Comm comm, hid_t dset, hid_t mem_type, const void* data, hsize_t n, int proc, hid_t dxpl,
+                     const std::string& path, const std::string& file) {
   if (n == 0) return;  // same n on every process
   const h5::Dataspace file_space(h5::check(H5Dget_space(dset), "H5Dget_space " + path));
   const h5::Dataspace mem_space(h5::check(H5Screate_simple(1, &n, nullptr), "memory space of " + path));
@@ -111,7 +129,8 @@ void write_from_root(hid_t dset, hid_t mem_type, const void* data, hsize_t n, in
     h5::check(H5Sselect_none(file_space), "H5Sselect_none");
     h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
   }
-  h5::check(H5Dwrite(dset, mem_type, mem_space, file_space, dxpl, data), "writing '" + path + "'");
+  check_collective(comm, H5Dwrite(dset, mem_type, mem_space, file_space, dxpl, data),
+                   "writing " + path + " to '" + file + "'");
 }
 
 void insert_member(hid_t compound, const char* name, std::size_t offset, hid_t type) {
@@ -123,6 +142,11 @@ void insert_member(hid_t compound, const char* name, std::size_t offset, hid_t t
 TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite,
                                    const TrajectoryLayout& layout, const RootAttributes& attrs,
                                    const std::vector<FaultRow>& faults)
+    : TrajectoryWriter(comm, final_path, overwrite, layout, attrs, faults, true) {}
+
+TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite,
+                                   const TrajectoryLayout& layout, const RootAttributes& attrs,
+                                   const std::vector<FaultRow>& faults, bool journal)
     : comm_(comm), final_path_(final_path), partial_path_(final_path + ".partial"), layout_(layout) {
   validate(layout_);
   capacity_ = static_cast<hsize_t>(layout_.flush_every);
@@ -216,7 +240,8 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
   const h5::Datatype name_type = h5::fixed_string_type(width);
   const h5::Dataset names_dset = create_fixed(file_, "/layers/names", name_type, {L}, "layer",
                                               "recorded layer names, in the order of the layer axis");
-  write_from_root(names_dset, name_type, names.data(), L, proc_, collective_, "/layers/names");
+  write_from_root(comm_, names_dset, name_type, names.data(), L, proc_, collective_, "/layers/names",
+                  partial_path_);
 
   // /events: packed compound in the file; EventRecord (with padding) in memory.
   const h5::Datatype kind_type = h5::fixed_string_type(kEventKindSize);
@@ -282,13 +307,27 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
   const h5::Dataset faults_dset =
       create_fixed(file_, "/faults", fault_type(H5T_STD_I64LE, H5T_IEEE_F64LE), {faults.size()}, "fault",
                    "injected faults as configured: name, ranks, spec (as given), start, stop, every, prob");
-  write_from_root(faults_dset, fault_type(H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE), rows.data(), faults.size(), proc_,
-                  collective_, "/faults");
+  write_from_root(comm_, faults_dset, fault_type(H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE), rows.data(), faults.size(),
+                  proc_, collective_, "/faults", partial_path_);
 
-  h5::check(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+  check_collective(comm_, H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+  if (journal) {
+    journal_ = std::make_unique<JournalWriter>(comm_, journal_path(final_path_));
+    journal_->append(JournalKind::header, header_payload(attrs, faults));
+  }
 }
 
-TrajectoryWriter::~TrajectoryWriter() = default;
+TrajectoryWriter::~TrajectoryWriter() {
+  if (std::uncaught_exceptions() <= uncaught_) return;  // members close themselves, collectively
+  // Unwinding from an exception that may be this process's alone while the others wait in a collective
+  // of the step loop: closing datasets, the file and the journal is collective and would wait for them
+  // forever. Leave them open: on disk they hold every flushed row. Whoever catches the exception ends
+  // the job (MPI_Abort), or, if every process failed together, MPI_Finalize closes them.
+  for_each_series([](const Block&, auto& s) { s.dataset.release(); });
+  events_.release();
+  file_.release();
+  if (journal_) journal_->abandon();
+}
 
 std::string TrajectoryWriter::partial_path() const { return partial_path_; }
 
@@ -342,7 +381,7 @@ void TrajectoryWriter::write_rows(Series<T>& s, const Block& b) {
   start[0] = b.written;
   count[0] = b.pending;
   for (std::size_t i = 1; i < rank; ++i) dims[i] = count[i] = s.row_dims[i - 1];
-  h5::check(H5Dset_extent(s.dataset, dims.data()), "extending " + s.path);
+  check_collective(comm_, H5Dset_extent(s.dataset, dims.data()), "extending " + s.path);
   if (s.local_row == 0) return;  // an empty layer axis: nothing to write, on every process
 
   if (s.per_rank) {
@@ -359,8 +398,8 @@ void TrajectoryWriter::write_rows(Series<T>& s, const Block& b) {
     h5::check(H5Sselect_none(file_space), "H5Sselect_none");
     h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
   }
-  h5::check(H5Dwrite(s.dataset, native_type<T>(), mem_space, file_space, collective_, s.buffer.data()),
-            "writing " + s.path + " to '" + partial_path_ + "'");
+  check_collective(comm_, H5Dwrite(s.dataset, native_type<T>(), mem_space, file_space, collective_, s.buffer.data()),
+                   "writing " + s.path + " to '" + partial_path_ + "'");
 }
 
 void TrajectoryWriter::require_open(const char* call) const {
@@ -440,7 +479,7 @@ void TrajectoryWriter::write_events() {
   MPI_Bcast(&count, 1, MPI_UNSIGNED_LONG_LONG, 0, comm_);
   if (count == 0) return;
   const hsize_t first = events_written_, n = count, extent = first + n;
-  h5::check(H5Dset_extent(events_, &extent), "extending /events");
+  check_collective(comm_, H5Dset_extent(events_, &extent), "extending /events");
   const h5::Dataspace file_space(h5::check(H5Dget_space(events_), "H5Dget_space /events"));
   const h5::Dataspace mem_space(h5::check(H5Screate_simple(1, &n, nullptr), "memory space of /events"));
   if (proc_ == 0) {
@@ -449,8 +488,8 @@ void TrajectoryWriter::write_events() {
     h5::check(H5Sselect_none(file_space), "H5Sselect_none");
     h5::check(H5Sselect_none(mem_space), "H5Sselect_none");
   }
-  h5::check(H5Dwrite(events_, event_mem_type_, mem_space, file_space, collective_, all.data()),
-            "writing /events to '" + partial_path_ + "'");
+  check_collective(comm_, H5Dwrite(events_, event_mem_type_, mem_space, file_space, collective_, all.data()),
+                   "writing /events to '" + partial_path_ + "'");
   events_written_ = extent;
 }
 
@@ -467,48 +506,219 @@ void TrajectoryWriter::write_array(const std::string& path, std::span<const floa
   if (values.size() != n)
     throw std::invalid_argument("TrajectoryWriter::write_array " + path + ": shape holds " + std::to_string(n) +
                                 " values, got " + std::to_string(values.size()));
+  if (journal_) {
+    BytePacker a;
+    if (proc_ == 0) {
+      a.put_string(path);
+      a.put_span(std::span<const std::int64_t>(shape));
+      a.put_string(dims);
+      a.put_string(description);
+      a.put_span(values);
+    }
+    journal_->append(JournalKind::array, a.bytes());
+  }
   const h5::Dataset dset = create_fixed(file_, path, H5T_IEEE_F32LE, file_shape, dims, description);
-  write_from_root(dset, H5T_NATIVE_FLOAT, values.data(), n, proc_, collective_, path);
+  write_from_root(comm_, dset, H5T_NATIVE_FLOAT, values.data(), n, proc_, collective_, path, partial_path_);
+}
+
+// Every step-axis series with its block, in one fixed order: flush() writes them in it, the journal
+// stores them in it, and recover() reads them back in it.
+template <class Fn>
+void TrajectoryWriter::for_each_series(Fn&& fn) {
+  fn(train_, train_step_);
+  fn(train_, global_loss_);
+  for (auto& c : train_cols_) fn(train_, c);
+  fn(train_, param_hash_);
+  if (layout_.record_samples) fn(train_, samples_);
+  fn(layers_, layers_step_);
+  fn(layers_, forward_);
+  fn(layers_, backward_);
+  fn(layers_, layer_grad_norm_);
+  fn(eval_, eval_step_);
+  fn(eval_, eval_loss_);
+  fn(eval_, eval_accuracy_);
 }
 
 void TrajectoryWriter::flush() {
   require_open("flush");
-  if (train_.pending > 0) {
-    write_rows(train_step_, train_);
-    write_rows(global_loss_, train_);
-    for (auto& c : train_cols_) write_rows(c, train_);
-    write_rows(param_hash_, train_);
-    if (layout_.record_samples) write_rows(samples_, train_);
-    train_.written += std::exchange(train_.pending, 0);
-  }
-  if (layers_.pending > 0) {
-    write_rows(layers_step_, layers_);
-    write_rows(forward_, layers_);
-    write_rows(backward_, layers_);
-    write_rows(layer_grad_norm_, layers_);
-    layers_.written += std::exchange(layers_.pending, 0);
-  }
-  if (eval_.pending > 0) {
-    write_rows(eval_step_, eval_);
-    write_rows(eval_loss_, eval_);
-    write_rows(eval_accuracy_, eval_);
-    eval_.written += std::exchange(eval_.pending, 0);
-  }
+  // The journal first: a kill inside the HDF5 writes below then loses nothing of this flush.
+  if (journal_) journal_->append(JournalKind::rows, rows_payload());
+  for_each_series([this](const Block& b, auto& s) {
+    if (b.pending > 0) write_rows(s, b);
+  });
+  for (Block* b : {&train_, &layers_, &eval_}) b->written += std::exchange(b->pending, 0);
   write_events();
-  h5::check(H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+  check_collective(comm_, H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
+}
+
+// Journal payloads. header: every process its rank slice; process 0 then the format version, the layout,
+// the root attributes and the fault rows. rows: every process its pending row counts, its buffered rows of
+// every series (for_each_series order) and its pending events.
+std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& attrs,
+                                                        const std::vector<FaultRow>& faults) const {
+  BytePacker h;
+  h.put<std::int64_t>(layout_.rank_begin);
+  h.put<std::int64_t>(layout_.rank_count);
+  if (proc_ != 0) return h.bytes();
+  h.put(kJournalFormat);
+  h.put<std::int64_t>(layout_.world_size);
+  h.put(layout_.samples_per_step);
+  h.put<std::uint8_t>(layout_.record_samples ? 1 : 0);
+  h.put(layout_.chunk_steps);
+  h.put(layout_.flush_every);
+  h.put<std::uint64_t>(layout_.layer_names.size());
+  for (const auto& n : layout_.layer_names) h.put_string(n);
+  for (const std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
+    h.put_string(*s);
+  h.put<std::uint64_t>(attrs.extra.size());
+  for (const auto& [key, value] : attrs.extra) {
+    h.put_string(key);
+    h.put_string(value);
+  }
+  h.put<std::uint64_t>(faults.size());
+  for (const FaultRow& f : faults) {
+    for (const std::string* s : {&f.name, &f.ranks, &f.spec}) h.put_string(*s);
+    h.put(f.start);
+    h.put(f.stop);
+    h.put(f.every);
+    h.put(f.prob);
+  }
+  return h.bytes();
+}
+
+std::vector<std::byte> TrajectoryWriter::rows_payload() {
+  BytePacker r;
+  for (const Block* b : {&train_, &layers_, &eval_}) r.put<std::uint64_t>(b->pending);
+  for_each_series([&r](const Block& b, auto& s) {
+    r.put_span(std::span(s.buffer.data(), static_cast<std::size_t>(b.pending) * s.local_row));
+  });
+  r.put_span(std::span<const EventRecord>(pending_events_));
+  return r.bytes();
+}
+
+// Merges one journaled flush of every process into this (whole-world, single-process) writer's buffers,
+// exactly as the processes' collective writes would have placed them, then flushes.
+void TrajectoryWriter::replay_rows(const std::vector<std::vector<std::byte>>& payloads,
+                                   const std::vector<RankSlice>& slices) {
+  std::vector<ByteUnpacker> parts;
+  for (std::size_t p = 0; p < payloads.size(); ++p)
+    parts.emplace_back(payloads[p], "journal rows of process " + std::to_string(p));
+  std::array<hsize_t, 3> pending{};
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    for (hsize_t& n : pending) {
+      const auto v = parts[p].get<std::uint64_t>();
+      if (p > 0 && v != n) throw IoError("journal: the processes disagree on the rows of a flush");
+      if (v > capacity_) throw IoError("journal: a flush holds more rows than record.flush_every");
+      n = v;
+    }
+  train_.pending = pending[0];
+  layers_.pending = pending[1];
+  eval_.pending = pending[2];
+  const auto W = static_cast<std::size_t>(layout_.world_size);
+  for_each_series([&](const Block& b, auto& s) {
+    using T = typename decltype(s.buffer)::value_type;
+    const std::size_t unit = s.per_rank ? s.local_row / W : s.local_row;  // values per rank (per row if not per rank)
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      const std::size_t width = s.per_rank ? unit * static_cast<std::size_t>(slices[p].count) : s.local_row;
+      const std::vector<T> v = parts[p].template get_vector<T>();
+      if (v.size() != b.pending * width) throw IoError("journal: " + s.path + " has the wrong number of values");
+      if (!s.per_rank && p > 0) continue;  // rank-independent rows: every process holds the same
+      const std::size_t at = s.per_rank ? unit * static_cast<std::size_t>(slices[p].begin) : 0;
+      for (std::size_t row = 0; row < b.pending; ++row)
+        std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(row * width), width,
+                    s.buffer.begin() + static_cast<std::ptrdiff_t>(row * s.local_row + at));
+    }
+  });
+  for (auto& part : parts) {
+    const std::vector<EventRecord> events = part.get_vector<EventRecord>();
+    pending_events_.insert(pending_events_.end(), events.begin(), events.end());
+    if (!part.done()) throw IoError("journal: a rows record holds more than this divsim version reads");
+  }
+  flush();
+}
+
+TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal, const std::string& out_path) {
+  const JournalContents j = read_journal(journal);
+  if (j.groups.empty() || j.groups.front().kind != JournalKind::header)
+    throw IoError("the journal '" + journal + "' holds no complete header (" + j.stop + "): nothing to recover");
+  const auto& head = j.groups.front().payloads;
+  std::vector<RankSlice> slices;
+  std::int64_t next_rank = 0;
+  for (std::size_t p = 0; p < head.size(); ++p) {
+    ByteUnpacker h(head[p], "journal header of process " + std::to_string(p));
+    const RankSlice s{h.get<std::int64_t>(), h.get<std::int64_t>()};
+    if (s.begin != next_rank || s.count < 1) throw IoError("journal: the processes' rank slices do not tile the world");
+    next_rank += s.count;
+    slices.push_back(s);
+  }
+  ByteUnpacker h(head.front(), "journal header");
+  h.get<std::int64_t>();
+  h.get<std::int64_t>();
+  if (const auto format = h.get<std::uint32_t>(); format != kJournalFormat)
+    throw IoError("the journal '" + journal + "' has format " + std::to_string(format) + "; this divsim reads format " +
+                  std::to_string(kJournalFormat));
+  TrajectoryLayout layout;
+  layout.world_size = static_cast<int>(h.get<std::int64_t>());
+  if (layout.world_size != next_rank) throw IoError("journal: the rank slices do not add up to the world size");
+  layout.rank_begin = 0;
+  layout.rank_count = layout.world_size;
+  layout.samples_per_step = h.get<std::int64_t>();
+  layout.record_samples = h.get<std::uint8_t>() != 0;
+  layout.chunk_steps = h.get<std::int64_t>();
+  layout.flush_every = h.get<std::int64_t>();
+  layout.layer_names.resize(h.get<std::uint64_t>());
+  for (auto& n : layout.layer_names) n = h.get_string();
+  RootAttributes attrs;
+  for (std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
+    *s = h.get_string();
+  for (auto n = h.get<std::uint64_t>(); n > 0; --n) {
+    std::string key = h.get_string();
+    attrs.extra[key] = h.get_string();
+  }
+  std::vector<FaultRow> faults(h.get<std::uint64_t>());
+  for (FaultRow& f : faults) {
+    for (std::string* s : {&f.name, &f.ranks, &f.spec}) *s = h.get_string();
+    f.start = h.get<std::int64_t>();
+    f.stop = h.get<std::int64_t>();
+    f.every = h.get<std::int64_t>();
+    f.prob = h.get<double>();
+  }
+
+  Recovery r;
+  r.stop = j.stop;
+  for (const JournalGroup& g : j.groups)
+    if (g.kind == JournalKind::rows) {
+      ++r.flushes;
+      r.steps += static_cast<std::int64_t>(ByteUnpacker(g.payloads.front(), "journal rows").get<std::uint64_t>());
+    }
+  attrs.extra["recovered"] = "rebuilt by divsim-recover from '" + journal + "': " + std::to_string(r.steps) +
+                             " steps in " + std::to_string(r.flushes) + " complete flushes (journal: " + j.stop + ")";
+  TrajectoryWriter w(MPI_COMM_SELF, out_path, true, layout, attrs, faults, false);
+  for (std::size_t i = 1; i < j.groups.size(); ++i) {
+    const JournalGroup& g = j.groups[i];
+    if (g.kind == JournalKind::rows) {
+      w.replay_rows(g.payloads, slices);
+    } else if (g.kind == JournalKind::array) {
+      ByteUnpacker a(g.payloads.front(), "journal array");
+      const std::string path = a.get_string();
+      const std::vector<std::int64_t> shape = a.get_vector<std::int64_t>();
+      const std::string dims = a.get_string(), description = a.get_string();
+      w.write_array(path, a.get_vector<float>(), shape, dims, description);
+    } else {
+      throw IoError("journal: a second header at group " + std::to_string(i));
+    }
+  }
+  w.finish();
+  return r;
 }
 
 void TrajectoryWriter::finish() {
   require_open("finish");
   flush();
   // The MPI-IO driver closes a file only once nothing in it is open.
-  for (auto* s : {&train_step_, &layers_step_, &eval_step_, &samples_}) s->dataset.reset();
-  for (auto* s : {&global_loss_, &forward_, &backward_, &layer_grad_norm_, &eval_loss_, &eval_accuracy_})
-    s->dataset.reset();
-  for (auto& c : train_cols_) c.dataset.reset();
-  param_hash_.dataset.reset();
+  for_each_series([](const Block&, auto& s) { s.dataset.reset(); });
   events_.reset();
-  file_.close("closing '" + partial_path_ + "'");
+  check_collective(comm_, H5Fclose(file_.release()), "closing '" + partial_path_ + "'");
   // Nothing HDF5 stays held, so a finished writer may even outlive MPI_Finalize (which closes HDF5).
   collective_.reset();
   event_mem_type_.reset();
@@ -523,6 +733,10 @@ void TrajectoryWriter::finish() {
   // Process 0 renames before it broadcasts: when this returns, the final file exists on every process.
   problem = broadcast_string(comm_, problem);
   if (!problem.empty()) throw IoError(problem);
+  if (journal_) {
+    journal_->remove();
+    journal_.reset();
+  }
 }
 
 }  // namespace divsim

@@ -6,18 +6,28 @@
 // Rows are buffered in memory blocks allocated once and written every `flush_every` train steps with
 // one collective write per dataset, each process selecting its own logical ranks. The file is written
 // as "<final>.partial" and renamed only by finish(), so a final name always means a complete run.
-// It does not decide what to record or when (the train loop does), and it does not read files back.
+// It does not decide what to record or when (the train loop does), and it reads back only its journal.
+//
+// Kill safety: before each flush writes to the HDF5 file, every process appends what it is about to
+// write to "<final>.journal" (record/journal.hpp); the file creation and write_array() are journaled
+// too. A job killed at any moment, even inside an HDF5 flush, leaves a journal from which recover()
+// (tools/divsim-recover) rebuilds every row of every complete flush. finish() deletes the journal.
+// A collective HDF5 write that fails (disk full, quota) ends the whole job with exit 3 rather than leave
+// the other processes waiting inside HDF5.
 #include <mpi.h>
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "record/h5.hpp"
 #include "record/io_error.hpp"
+#include "record/journal.hpp"
 
 namespace divsim {
 
@@ -62,8 +72,8 @@ class TrajectoryWriter {
   TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite, const TrajectoryLayout& layout,
                    const RootAttributes& attrs, const std::vector<FaultRow>& faults);
   // Without finish(): closes the file and leaves the .partial holding every flushed row (never renames;
-  // unflushed rows are dropped). Closing is collective in parallel HDF5: a process that fails alone
-  // should MPI_Abort rather than unwind through this.
+  // unflushed rows are dropped). Closing is collective; while an exception unwinds (perhaps on this
+  // process alone) nothing is closed, so that it cannot hang: the catcher ends the job or finalizes.
   ~TrajectoryWriter();
   TrajectoryWriter(const TrajectoryWriter&) = delete;
   TrajectoryWriter& operator=(const TrajectoryWriter&) = delete;
@@ -84,13 +94,24 @@ class TrajectoryWriter {
   // written.
   void write_array(const std::string& path, std::span<const float> values, const std::vector<std::int64_t>& shape,
                    const std::string& dims, const std::string& description);
-  // Collective: write every buffered row and event, then H5Fflush (the file on disk is then readable
-  // and holds every appended step).
+  // Collective: journal every buffered row and event, write them, then H5Fflush (the file on disk is
+  // then readable and holds every appended step).
   void flush();
   // Collective: flush, close, rename .partial -> final path (process 0). Returns once the final file
   // exists; the writer accepts no further calls.
   void finish();
   std::string partial_path() const;
+
+  struct Recovery {
+    std::int64_t steps = 0;   // train rows recovered
+    std::size_t flushes = 0;  // complete flushes found in the journal
+    std::string stop;         // why reading the journal stopped
+  };
+  // Rebuilds a killed run's trajectory from its journal into `out_path` (via "<out_path>.partial",
+  // replacing an existing out_path): the run's attributes, /faults, /init arrays and every row and
+  // event of every complete flush, bit for bit, plus the root attribute `recovered`. Runs on the calling
+  // process alone (MPI_COMM_SELF; MPI must be initialised). Throws IoError.
+  static Recovery recover(const std::string& journal, const std::string& out_path);
 
  private:
   // One /events row; also the record gathered between processes at flush (trivially copyable).
@@ -116,6 +137,16 @@ class TrajectoryWriter {
     hsize_t pending = 0;  // rows buffered
   };
 
+  struct RankSlice {
+    std::int64_t begin, count;  // logical ranks of one process
+  };
+  TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite, const TrajectoryLayout& layout,
+                   const RootAttributes& attrs, const std::vector<FaultRow>& faults, bool journal);
+  template <class Fn>
+  void for_each_series(Fn&& fn);
+  std::vector<std::byte> header_payload(const RootAttributes& attrs, const std::vector<FaultRow>& faults) const;
+  std::vector<std::byte> rows_payload();
+  void replay_rows(const std::vector<std::vector<std::byte>>& payloads, const std::vector<RankSlice>& slices);
   template <class T>
   Series<T> make_series(const std::string& path, hid_t file_type, std::vector<hsize_t> row_dims, bool per_rank,
                         const std::string& dims, const std::string& description);
@@ -149,6 +180,8 @@ class TrajectoryWriter {
   h5::Dataset events_;
   hsize_t events_written_ = 0;
   std::vector<EventRecord> pending_events_;
+  std::unique_ptr<JournalWriter> journal_;  // null in recover()'s own writer
+  int uncaught_ = std::uncaught_exceptions();  // exceptions in flight when the writer was made
 };
 
 }  // namespace divsim

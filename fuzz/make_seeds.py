@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of the fuzz targets into seeds/<target>/ (committed; rerun after a format
+change): valid inputs of each kind and a few near misses, so that fuzzing starts from deep inside the
+parsers instead of from their first byte. The INI and fault seeds are taken from inputs/.
+
+    fuzz/make_seeds.py
+"""
+import glob
+import gzip
+import os
+import re
+import shutil
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INPUTS = os.path.join(HERE, "..", "inputs")
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "seeds", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+
+
+def journal_record(kind, proc, procs, group, payload):
+    """One record of src/record/journal.cpp's format (documented in docs/reliability.md)."""
+    head = struct.pack("<IIIIQQI", 0x314A5344, kind, proc, procs, group, len(payload), zlib.crc32(payload))
+    return head + struct.pack("<I", zlib.crc32(head)) + payload
+
+
+def main():
+    shutil.rmtree(os.path.join(HERE, "seeds"), ignore_errors=True)
+    # command lines: one argument per line
+    put("cli", "small_run", "--train.steps=5\n--optim.lr=0.1\n--model.hidden=64,32\n--run.out=x.h5")
+    put("cli", "faults", "--fault=skip_rank:ranks=1,start=2\n--fault=bitflip:bit=30,ranks=0-1+3,every=2,prob=0.5")
+    put("cli", "types", "--run.overwrite=yes\n--run.seed=18446744073709551615\n--optim.weight_decay=1e-4\n--model.hidden=")
+    put("cli", "choices", "--optim.type=adamw\n--schedule.type=step\n--dist.reduce=deterministic\n--precision.amp=fp16")
+    put("cli", "print_config", "--print-config\n--batch.global=64\n--batch.accum_steps=2")
+    put("cli", "near_miss", "--optim.lr=nan\n--optim.lr=0.1\n--no.such=1")
+    # INI files: the scenarios of inputs/ and a few crafted ones
+    for path in [os.path.join(INPUTS, "baseline.ini")] + sorted(glob.glob(os.path.join(INPUTS, "faults", "*.ini")))[:4]:
+        put("ini", os.path.basename(path), open(path, "rb").read())
+    put("ini", "crafted", "fault = skip_rank:ranks=1\n[run]\nname = x # comment\n[optim]\nlr = 1e-3\n[model]\nhidden =\n")
+    put("ini", "unknown_section", "[nosuch]\nkey = 1\n")
+    # fault specs: every fault line of inputs/faults/ and crafted ones
+    for path in sorted(glob.glob(os.path.join(INPUTS, "faults", "*.ini"))):
+        for i, spec in enumerate(re.findall(r"^fault\s*=\s*(.+)$", open(path).read(), re.M)):
+            put("fault_spec", f"{os.path.basename(path)[:-4]}_{i}", spec.strip())
+    put("fault_spec", "all_keys", "bitflip:ranks=0+2-5,start=3,stop=10,every=2,prob=0.25,bit=7")
+    put("fault_spec", "bad_range", "skip_rank:ranks=3-1")
+    # IDX pairs: 2-byte little-endian length of the image part, the image file, the label file
+    images = struct.pack(">IIII", 0x803, 3, 4, 4) + bytes(range(48))
+    labels = struct.pack(">II", 0x801, 3) + bytes([0, 9, 4])
+    for name, im, lb in [("gzip", gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)),
+                         ("plain", images, labels), ("wrong_magic", labels, images)]:
+        put("idx", name, struct.pack("<H", len(im)) + im + lb)
+    # journals: two processes, a header group and two rows groups; and the same cut short
+    body = b""
+    for group, kind in enumerate([1, 3, 3]):
+        for proc in range(2):
+            body += journal_record(kind, proc, 2, group, bytes((group * 7 + proc + i) % 256 for i in range(24 + 8 * proc)))
+    put("journal", "two_processes", body)
+    put("journal", "cut_short", body[:-10])
+
+
+if __name__ == "__main__":
+    main()
