@@ -34,4 +34,13 @@ void broadcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm co
   wait_politely(request);
 }
 
+int processes_sharing_memory(MPI_Comm comm) {
+  MPI_Comm node;
+  mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size;
+}
+
 }  // namespace divsim

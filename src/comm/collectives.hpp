@@ -12,5 +12,6 @@ namespace divsim {
 void wait_politely(MPI_Request& request);  // MPI_Wait that yields the core while waiting
 void allreduce_in_place(void* buffer, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
 void broadcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
+int processes_sharing_memory(MPI_Comm comm);  // collective: the processes of comm on this node
 
 }  // namespace divsim

@@ -242,6 +242,8 @@ const std::vector<Field>& fields() {
       field("dist", "world_size", &R::dist, &DistSection::world_size,
             "logical ranks W; 0 = one per MPI process, else a multiple of it"),
       field("dist", "det_chunk", &R::dist, &DistSection::det_chunk, "deterministic reduce: samples per chunk; 0 = auto"),
+      field("dist", "timeout_s", &R::dist, &DistSection::timeout_s,
+            "seconds a step-loop collective may wait for the other ranks before the job is ended; 0 = never"),
       field("precision", "matmul", &R::precision, &PrecisionSection::matmul, "fp32 | tf32 | bf16 | fp16"),
       field("precision", "amp", &R::precision, &PrecisionSection::amp, "none | fp16 (dynamic loss scaling)"),
       field("precision", "loss_scale_init", &R::precision, &PrecisionSection::loss_scale_init,
@@ -366,6 +368,9 @@ std::string read_file(const std::string& path) {
     throw ConfigError("config", "file " + in_quotes(path) + " does not exist");
   if (ec) throw ConfigError("config", "cannot access file " + in_quotes(path) + ": " + ec.message());
   if (fs::is_directory(status)) throw ConfigError("config", in_quotes(path) + " is a directory, not an INI file");
+  // A FIFO or device would block or never end; only a regular file is a configuration.
+  if (!fs::is_regular_file(status))
+    throw ConfigError("config", in_quotes(path) + " is not a regular file (a pipe, device or socket)");
   std::ifstream in(path, std::ios::binary);
   if (!in.is_open()) throw ConfigError("config", "cannot open file " + in_quotes(path) + ": " + std::strerror(errno));
   std::ostringstream text;
@@ -620,8 +625,14 @@ void validate(const RunConfig& c) {
   require_ini_text("data.root", c.data.root);
   require_int("data.train_size", c.data.train_size, c.data.train_size >= 0, ">= 0 (0 = all)");
   require_int("data.test_size", c.data.test_size, c.data.test_size >= 0, ">= 0 (0 = all)");
-  require_int("data.synthetic_train", c.data.synthetic_train, c.data.synthetic_train > 0, "> 0");
-  require_int("data.synthetic_test", c.data.synthetic_test, c.data.synthetic_test > 0, "> 0");
+  // Sample indices are one 32-bit word of the keyed streams.
+  constexpr std::int64_t kMaxSamples = std::int64_t{1} << 32;
+  require_int("data.synthetic_train", c.data.synthetic_train,
+              c.data.synthetic_train > 0 && c.data.synthetic_train <= kMaxSamples, "in [1, 2^32]");
+  require_int("data.synthetic_test", c.data.synthetic_test,
+              c.data.synthetic_test > 0 && c.data.synthetic_test <= kMaxSamples, "in [1, 2^32]");
+  if (c.data.augment && c.data.source == "synthetic")
+    throw ConfigError("data.augment", "shifts and flips images, but data.source = synthetic has none");
   require_int("data.synthetic_features", c.data.synthetic_features, c.data.synthetic_features > 0, "> 0");
   require_int("data.synthetic_classes", c.data.synthetic_classes, c.data.synthetic_classes >= 2, ">= 2");
   require_int("data.synthetic_teacher_hidden", c.data.synthetic_teacher_hidden, c.data.synthetic_teacher_hidden > 0,
@@ -697,6 +708,7 @@ void validate(const RunConfig& c) {
   // That world_size is a multiple of the process count is checked once MPI is up.
   require_int("dist.world_size", c.dist.world_size, c.dist.world_size >= 0, ">= 0 (0 = one rank per process)");
   require_int("dist.det_chunk", c.dist.det_chunk, c.dist.det_chunk >= 0, ">= 0 (0 = auto)");
+  require_double("dist.timeout_s", c.dist.timeout_s, c.dist.timeout_s >= 0, ">= 0 (0 = wait forever)");
   require_one_of("precision.matmul", c.precision.matmul, {"fp32", "tf32", "bf16", "fp16"});
 
   const RecordSection& r = c.record;

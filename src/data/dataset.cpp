@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -34,6 +35,12 @@ constexpr int kShift = 2;  // augmentation shifts by up to this many pixels each
 class GzReader {
  public:
   explicit GzReader(std::string path) : path_(std::move(path)) {
+    // gzopen would block forever on a FIFO and read a folder as an empty stream: only regular files.
+    std::error_code ec;
+    const auto status = std::filesystem::status(path_, ec);
+    if (status.type() != std::filesystem::file_type::not_found && !ec && !std::filesystem::is_regular_file(status))
+      throw DataError(path_, std::filesystem::is_directory(status) ? "cannot open: is a folder, not a file"
+                                                                   : "cannot open: not a regular file (a pipe, device or socket)");
     errno = 0;  // gzopen reports through errno; a stale value would name the wrong cause
     file_ = gzopen(path_.c_str(), "rb");
     if (file_ == nullptr) {

@@ -29,8 +29,10 @@
 #include "comm/ring.hpp"
 #include "faults/fault_set.hpp"
 #include "train/checkpoint.hpp"
+#include "train/memory_budget.hpp"
 #include "train/step_engine.hpp"
 #include "train/termination.hpp"
+#include "train/watchdog.hpp"
 #include "record/recorded_run.hpp"
 #ifdef DIVSIM_HAVE_CUDA
 #include "gpu_engine.hpp"
@@ -185,12 +187,24 @@ int exit_code_for(const std::exception_ptr& e) {
 }
 
 
+// The synthetic sets are sized by the configuration: refuse before allocating what cannot fit.
+DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
+  if (cfg.data.source == "synthetic") {
+    const auto samples = static_cast<std::uint64_t>(cfg.data.synthetic_train + cfg.data.synthetic_test);
+    const auto floats = static_cast<std::uint64_t>(cfg.data.synthetic_features) + 1;  // features, label
+    require_fits(samples * floats * sizeof(float), budget, "data.synthetic_train",
+                 "the synthetic data set (data.synthetic_train + data.synthetic_test samples of "
+                 "data.synthetic_features features)");
+  }
+  return load_data(cfg.data, cfg.run.seed);
+}
+
 // Everything one process needs for the run, built (and validated) before the output file exists.
 class Run {
  public:
-  Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce);
+  Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int processes_on_node);
   std::unique_ptr<TrajectoryWriter> open_output() const;
-  RunSummary train(TrajectoryWriter& writer);
+  RunSummary train(TrajectoryWriter& writer, Watchdog& watchdog);
 
  private:
   void reset_knobs(Replica& r, std::int64_t step) const;
@@ -203,11 +217,13 @@ class Run {
   std::string resume_source() const { return cfg_.output_path() + ".resume-src"; }
   bool handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm);
   void broadcast_buffers();
+  std::uint64_t replica_bytes() const;  // a lower bound on one replica's memory
 
   const RunConfig& cfg_;
   MPI_Comm comm_;
   ProcessLayout proc_;
   BatchPlan plan_;
+  MemoryBudget memory_;
   DataSplits data_;
   Mlp model_;
   bool deterministic_ = false;
@@ -240,13 +256,18 @@ class Run {
   std::vector<std::int64_t> reorder_scratch_;
 };
 
-Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
+Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int processes_on_node)
     : cfg_(config),
       comm_(comm),
       proc_(layout_processes(config, comm)),
       plan_(plan_batches(config, proc_.world_size)),
-      data_(load_data(config.data, config.run.seed)),
+      memory_(memory_budget(processes_on_node)),
+      data_(load_data_within(config, memory_)),
       model_(config.model, data_.train.dim, data_.train.classes) {
+  require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.hidden",
+               std::to_string(proc_.rank_count) + " replica(s) of " + std::to_string(model_.num_params()) +
+                   " parameters (model.hidden, dist.world_size / processes) with their gradients, optimizer state and "
+                   "activations");
   if (cfg_.run.resume == "auto") resume_ = find_checkpoint(cfg_.output_path());
   check_output_path(cfg_.output_path(), cfg_.run.overwrite);
   if (resume_) {
@@ -354,6 +375,15 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce)
     }
   }
   if (resume_) setup_events_.clear();  // they are in the trajectory being replayed
+}
+
+std::uint64_t Run::replica_bytes() const {
+  // Parameters and gradients, optimizer state (momentum; AdamW two moments), and each layer's output
+  // for one micro-batch.
+  const std::uint64_t slots = 2 + (cfg_.optim.type == "adamw" ? 2 : cfg_.optim.momentum > 0 ? 1 : 0);
+  std::uint64_t activations = 0;
+  for (const Layer& l : model_.layers()) activations += static_cast<std::uint64_t>(l.out);
+  return sizeof(float) * (slots * model_.num_params() + activations * static_cast<std::uint64_t>(plan_.micro_batch));
 }
 
 std::unique_ptr<TrajectoryWriter> Run::open_output() const {
@@ -621,7 +651,7 @@ void Run::broadcast_buffers() {
     if (r.knobs.receives_buffers) std::copy(buffer_scratch_.begin(), buffer_scratch_.end(), r.buffers.begin());
 }
 
-RunSummary Run::train(TrajectoryWriter& writer) {
+RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
   log_ = [&writer](std::int64_t step, int rank, const std::string& kind, const std::string& detail) {
     writer.add_event(step, rank, kind, detail);
   };
@@ -664,6 +694,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
   Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_, first_step);
   const auto t0 = Clock::now();
   for (std::int64_t step = first_step; step < total_steps_; ++step) {
+    watchdog.progress(step);
     const std::int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
     if (step == first_step || in_epoch == 0) sampler_->set_epoch(epoch);
     const bool record_layers = cfg_.record.layers_every > 0 && step % cfg_.record.layers_every == 0;
@@ -780,6 +811,7 @@ RunSummary Run::train(TrajectoryWriter& writer) {
     }
     writer.append_eval(stopped_at, eval_loss, eval_acc);
   }
+  watchdog.progress(total_steps_);  // the final flush and rename
   writer.finish();
   if (proc_.process == 0) {
     std::error_code ec;
@@ -870,10 +902,18 @@ RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm);
   // Set-up and the output file: failures are agreed collectively (clean exit, one message).
   std::unique_ptr<Run> run;
-  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce); });
+  // From here on a hung rank would hold the others in a collective: set-up's agreement, the file's
+  // creation, the initial broadcast, the steps.
+  int process = 0;
+  MPI_Comm_rank(comm, &process);
+  Watchdog watchdog(cfg.dist.timeout_s, process);
+  const int processes_on_node = processes_sharing_memory(comm);
+  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, processes_on_node); });
+  watchdog.progress(-1);
   std::unique_ptr<TrajectoryWriter> writer;
   collectively(comm, [&] { writer = run->open_output(); });
-  return run->train(*writer);
+  watchdog.progress(-1);
+  return run->train(*writer, watchdog);
 }
 
 }  // namespace divsim
