@@ -631,8 +631,6 @@ void validate(const RunConfig& c) {
               c.data.synthetic_train > 0 && c.data.synthetic_train <= kMaxSamples, "in [1, 2^32]");
   require_int("data.synthetic_test", c.data.synthetic_test,
               c.data.synthetic_test > 0 && c.data.synthetic_test <= kMaxSamples, "in [1, 2^32]");
-  if (c.data.augment && c.data.source == "synthetic")
-    throw ConfigError("data.augment", "shifts and flips images, but data.source = synthetic has none");
   require_int("data.synthetic_features", c.data.synthetic_features, c.data.synthetic_features > 0, "> 0");
   require_int("data.synthetic_classes", c.data.synthetic_classes, c.data.synthetic_classes >= 2, ">= 2");
   require_int("data.synthetic_teacher_hidden", c.data.synthetic_teacher_hidden, c.data.synthetic_teacher_hidden > 0,

@@ -357,13 +357,7 @@ Dataset read_idx_pair(const std::string& images_gz, const std::string& labels_gz
 
 DataSplits load_data(const DataSection& cfg, std::uint64_t seed) {
   if (cfg.source == "fashion-mnist") return load_fashion_mnist(cfg);
-  if (cfg.source == "synthetic") {
-    if (cfg.augment) {
-      throw std::invalid_argument(
-          "data.augment = true needs image data, but data.source = synthetic has none");
-    }
-    return load_synthetic(cfg, seed);
-  }
+  if (cfg.source == "synthetic") return load_synthetic(cfg, seed);  // data.augment is refused once loaded
   throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic");
 }
 

@@ -412,7 +412,6 @@ TEST(ConfigErrors, ValidateRanges) {
       {[](RunConfig& c) { c.data.test_size = -1; }, "data.test_size", ">= 0"},
       {[](RunConfig& c) { c.data.synthetic_train = 0; }, "data.synthetic_train", "[1, 2^32]"},
       {[](RunConfig& c) { c.data.synthetic_test = std::int64_t{1} << 33; }, "data.synthetic_test", "[1, 2^32]"},
-      {[](RunConfig& c) { c.data.augment = true; c.data.source = "synthetic"; }, "data.augment", "synthetic"},
       {[](RunConfig& c) { c.dist.timeout_s = -1; }, "dist.timeout_s", ">= 0"},
       {[](RunConfig& c) { c.data.synthetic_features = 0; }, "data.synthetic_features", "> 0"},
       {[](RunConfig& c) { c.data.synthetic_classes = 1; }, "data.synthetic_classes", ">= 2, got 1"},
