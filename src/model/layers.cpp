@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "model/gemm_backend.hpp"
+
 namespace divsim {
 
 void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y) {
@@ -12,12 +14,12 @@ void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, Ma
 }
 
 void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx) {
-  dw.noalias() += dy.transpose() * x;
+  gemm_tn_add(dy, x, dw);
   // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
   // bits would depend on where the buffer happens to lie in memory. Rows are added in order here.
   for (Eigen::Index i = 0; i < dy.rows(); ++i)
     for (Eigen::Index c = 0; c < dy.cols(); ++c) db[static_cast<std::size_t>(c)] += dy(i, c);
-  if (dx.rows() > 0) dx.noalias() = dy * w;
+  if (dx.rows() > 0) gemm_nn(dy, w, dx);
 }
 
 void relu_forward(ConstMatView x, MatView y) { y = x.cwiseMax(0.0f); }
