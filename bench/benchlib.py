@@ -71,6 +71,16 @@ def run_divsim(a, procs, args, out, rss=False, timeout=3600):
     return result
 
 
+def processes(worlds, cap):
+    """{W: MPI processes for W logical ranks}: min(W, cap), or W with cap 0 (one process per rank). divsim
+    runs the other logical ranks as virtual ranks inside those processes, so W must be a multiple."""
+    procs = {w: w if cap == 0 else min(w, cap) for w in worlds}
+    for w in worlds:
+        if w % procs[w]:
+            raise BenchError(f"W={w} is not a multiple of {procs[w]} processes")
+    return procs
+
+
 def fastest(runs, key="rate"):
     """The run with the highest `key`: interference from other processes only ever slows a run down."""
     return max(runs, key=lambda r: r[key])

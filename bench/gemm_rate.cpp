@@ -1,14 +1,21 @@
-// divsim_gemm_rate: the single-thread float32 GEMM rate of Eigen on this machine, compiled with the same
-// flags as divsim (it is built in divsim's CMake project), for the three products of one Linear layer:
+// divsim_gemm_rate: the single-thread float32 GEMM rates on this machine, compiled with the same flags
+// as divsim (it is built in divsim's CMake project), for the three products of one Linear layer:
 //   forward  Y[B,out]   = X[B,in] * W[out,in]^T
 //   weight   dW[out,in] += dY[B,out]^T * X[B,in]
 //   input    dX[B,in]   = dY[B,out] * W[out,in]
-// row-major, as src/model/layers.cpp multiplies. bench/gemm.py compares divsim's fwd+bwd rate with it.
-// It measures Eigen only: not divsim's kernels, not multi-threaded BLAS, and it checks no results.
+// row-major, as src/model/layers.cpp multiplies, with Eigen's kernels and, when divsim is built with
+// OpenBLAS (DIVSIM_OPENBLAS), with OpenBLAS's sgemm on one thread. bench/gemm.py compares divsim's
+// fwd+bwd rate with the best of them. It measures GEMM kernels only: not multi-threaded BLAS, and it
+// checks no results.
 //
 // usage: divsim_gemm_rate B IN OUT [seconds per product, default 1]
-// prints one line per product: "<name> <M> <K> <N> <GFLOP/s>"
+// prints one line per kernel and product: "<eigen|openblas> <product> <M> <K> <N> <GFLOP/s>"
 #include <Eigen/Core>
+#ifdef DIVSIM_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "model/gemm_backend.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -61,14 +68,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   Eigen::setNbThreads(1);
+  divsim::use_one_gemm_thread();
   const RowMatrix x = RowMatrix::Random(b, in), w = RowMatrix::Random(out, in), dy = RowMatrix::Random(b, out);
   RowMatrix y(b, out), dw = RowMatrix::Zero(out, in), dx(b, in);
-  std::printf("forward %ld %ld %ld %.2f\n", static_cast<long>(b), static_cast<long>(in), static_cast<long>(out),
-              rate(b, in, out, seconds, [&] { y.noalias() = x * w.transpose(); }));
-  std::printf("weight %ld %ld %ld %.2f\n", static_cast<long>(out), static_cast<long>(b), static_cast<long>(in),
-              rate(out, b, in, seconds, [&] { dw.noalias() += dy.transpose() * x; }));
-  std::printf("input %ld %ld %ld %.2f\n", static_cast<long>(b), static_cast<long>(out), static_cast<long>(in),
-              rate(b, out, in, seconds, [&] { dx.noalias() = dy * w; }));
+  auto report = [&](const char* kernel, auto&& forward, auto&& weight, auto&& input) {
+    std::printf("%s forward %ld %ld %ld %.2f\n", kernel, static_cast<long>(b), static_cast<long>(in),
+                static_cast<long>(out), rate(b, in, out, seconds, forward));
+    std::printf("%s weight %ld %ld %ld %.2f\n", kernel, static_cast<long>(out), static_cast<long>(b),
+                static_cast<long>(in), rate(out, b, in, seconds, weight));
+    std::printf("%s input %ld %ld %ld %.2f\n", kernel, static_cast<long>(b), static_cast<long>(out),
+                static_cast<long>(in), rate(b, out, in, seconds, input));
+  };
+  report("eigen", [&] { y.noalias() = x * w.transpose(); }, [&] { dw.noalias() += dy.transpose() * x; },
+         [&] { dx.noalias() = dy * w; });
+#ifdef DIVSIM_HAVE_OPENBLAS
+  const auto B = static_cast<blasint>(b), I = static_cast<blasint>(in), O = static_cast<blasint>(out);
+  report("openblas",
+         [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, O, I, 1.0f, x.data(), I, w.data(), I, 0.0f, y.data(), O); },
+         [&] { cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, B, 1.0f, dy.data(), O, x.data(), I, 1.0f, dw.data(), I); },
+         [&] { cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, I, O, 1.0f, dy.data(), O, w.data(), I, 0.0f, dx.data(), I); });
+#endif
   // Keeps the products observable, so none is optimised away.
   std::fprintf(stderr, "checksum %g\n", static_cast<double>(y.sum() + dw.sum() + dx.sum()));
   return 0;

@@ -30,10 +30,7 @@ def table(argv):
     ap.add_argument("--steps", type=int, default=500)
     a = ap.parse_args(argv)
     worlds = [int(w) for w in a.worlds.split(",")]
-    procs = {w: w if a.procs == 0 else min(w, a.procs) for w in worlds}
-    for w in worlds:
-        if w % procs[w]:
-            raise benchlib.BenchError(f"W={w} is not a multiple of {procs[w]} processes")
+    procs = benchlib.processes(worlds, a.procs)
     with tempfile.TemporaryDirectory(prefix="bench-reduction-") as tmp:
         runs = benchlib.repeated(a.repeats, [(w, m) for w in worlds for m in MODES], lambda p: benchlib.run_divsim(
             a, procs[p[0]], [f"--train.steps={a.steps}", f"--dist.world_size={p[0]}", f"--dist.reduce={p[1]}"],

@@ -34,10 +34,7 @@ def table(argv):
     ap.add_argument("--steps", type=int, default=500)
     a = ap.parse_args(argv)
     worlds = [int(w) for w in a.worlds.split(",")]
-    procs = {w: min(w, a.procs) for w in worlds}
-    for w in worlds:
-        if w % procs[w]:
-            raise benchlib.BenchError(f"W={w} is not a multiple of {procs[w]} processes")
+    procs = benchlib.processes(worlds, a.procs)
     with tempfile.TemporaryDirectory(prefix="bench-virtual-") as tmp:
         runs = benchlib.repeated(a.repeats, worlds, lambda w: benchlib.run_divsim(
             a, procs[w], [f"--train.steps={a.steps}", f"--dist.world_size={w}"], os.path.join(tmp, f"w{w}.h5"), rss=True))

@@ -3,18 +3,19 @@
 
 The job: MLP 784-256-128-10 with BatchNorm and dropout 0.1, SGD (lr 0.05, momentum 0.9, cosine
 schedule), global batch 256 split over W ranks, the full Fashion-MNIST training split in memory. divsim
-runs on W MPI processes with its default recording (the whole per-step trajectory and layer statistics
-every 10 steps, to HDF5); the DDP peer runs W spawned processes, one thread each, appending every
-rank's loss and gradient norm per step. Both sides time the step loop and the final evaluation only
-(divsim: the steps/s of its summary line; the peer: rank 0 from a barrier after set-up), so process
-start-up, imports and data loading are excluded on both. Every point is run --repeats times,
-interleaved; the fastest run counts. The mean loss over the last tenth of the steps shows that both
-sides trained the same job (they draw different initial parameters and dropout masks, so it agrees
-only approximately). The matmul rate of torch's BLAS is printed to show which BLAS the peer runs on
+runs its W logical ranks on min(W, --procs) MPI processes (default: the machine's cores; the other ranks
+are virtual ranks inside them, as a user runs W > cores) with its default recording (the whole per-step
+trajectory and layer statistics every 10 steps, to HDF5); the DDP peer needs one process per rank and
+runs W spawned processes, one thread each, appending every rank's loss and gradient norm per step.
+Both sides time the step loop and the final evaluation only (divsim: the steps/s of its summary line;
+the peer: rank 0 from a barrier after set-up), so process start-up, imports and data loading are
+excluded on both. Every point is run --repeats times, interleaved; the fastest run counts. The mean
+loss over the last tenth of the steps shows that both sides trained the same job (they draw different
+initial parameters and dropout masks, so it agrees only approximately). The matmul rate of torch's BLAS is printed to show which BLAS the peer runs on
 (Debian's reference BLAS: a few GFLOP/s; OpenBLAS: about a hundred).
 
-usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--worlds 1,2,4] [--steps 500] [--repeats 3]
-       [--divsim build/divsim] [-- extra divsim options for both sides]
+usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--worlds 1,2,4] [--procs CORES] [--steps 500]
+       [--repeats 3] [--divsim build/divsim] [-- extra divsim options for both sides]
 """
 import argparse
 import os
@@ -35,10 +36,13 @@ def table(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.add_divsim_arguments(ap)
     ap.add_argument("--worlds", default="1,2,4")
+    ap.add_argument("--procs", type=int, default=os.cpu_count(),
+                    help="divsim's MPI processes at most (default: the cores; 0: one per logical rank, as DDP)")
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("options", nargs="*", help="extra divsim options for both sides")
     a = ap.parse_args(argv)
     worlds = [int(w) for w in a.worlds.split(",")]
+    procs = benchlib.processes(worlds, a.procs)
     job = JOB + a.options + [f"--train.steps={a.steps}"]
     cfg = ddp_peer.config_from_divsim(benchlib.check_divsim(a.divsim), job)
     tail = max(1, a.steps // 10)
@@ -48,7 +52,7 @@ def table(argv):
             side, w = point
             if side == "divsim":
                 out = os.path.join(tmp, f"divsim{w}.h5")
-                r = benchlib.run_divsim(a, w, job, out)
+                r = benchlib.run_divsim(a, procs[w], job + [f"--dist.world_size={w}"], out)
                 with h5py.File(out, "r") as f:
                     r["tail_loss"] = float(f["train/global_loss"][-tail:].mean())
                 return r
@@ -62,11 +66,12 @@ def table(argv):
         runs = benchlib.repeated(a.repeats, [(s, w) for w in worlds for s in ("divsim", "ddp")], measure)
     blas = ddp_peer.blas_gflops()
 
-    rows = ["| W | divsim steps/s | PyTorch DDP steps/s | divsim / DDP | mean loss, last 10% of steps: divsim | DDP |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| W | divsim processes | divsim steps/s | DDP processes | PyTorch DDP steps/s | divsim / DDP | "
+            "mean loss, last 10% of steps: divsim | DDP |",
+            "|---|---|---|---|---|---|---|---|"]
     for w in worlds:
         d, t = benchlib.fastest(runs[("divsim", w)]), benchlib.fastest(runs[("ddp", w)])
-        rows.append(f"| {w} | {d['rate']:.1f} | {t['rate']:.1f} | {d['rate'] / t['rate']:.2f} | "
+        rows.append(f"| {w} | {procs[w]} | {d['rate']:.1f} | {w} | {t['rate']:.1f} | {d['rate'] / t['rate']:.2f} | "
                     f"{d['tail_loss']:.3f} | {t['tail_loss']:.3f} |")
     rows += ["", f"Settings: {a.steps} steps, best of {a.repeats}, job `{' '.join(job[:-1])}`; "
                  f"torch {ddp_peer.torch.__version__} matmul 1024^3 on one thread: {blas:.0f} GFLOP/s; "

@@ -8,6 +8,8 @@ packages=(
   build-essential cmake pkg-config git
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools libeigen3-dev libboost-program-options-dev zlib1g-dev
   libgtest-dev
+  # OpenBLAS for divsim's backward matrix products (CMake option DIVSIM_OPENBLAS)
+  libopenblas-pthread-dev
   # data
   dataset-fashion-mnist
   # analysis, notebooks and the PyTorch reference peer (Debian's python3, not PyPI); OpenBLAS so torch

@@ -25,8 +25,13 @@ class MpiReducer final : public Reducer {
       for (std::size_t i = 0; i < n; ++i) acc[i] += grads[k][i];
     allreduce_in_place(acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_);
     const auto d = static_cast<float>(divisor);
-    for (std::size_t i = 0; i < n; ++i) acc[i] /= d;
-    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc, n, grads[k].data());
+    // The division and the copies to the other local ranks block by block, while a block is in cache.
+    constexpr std::size_t kBlock = 4096;
+    for (std::size_t lo = 0; lo < n; lo += kBlock) {
+      const std::size_t m = std::min(kBlock, n - lo);
+      for (std::size_t i = lo; i < lo + m; ++i) acc[i] /= d;
+      for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc + lo, m, grads[k].data() + lo);
+    }
   }
 
   void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "model/gemm_backend.hpp"
+
 namespace divsim {
 
 void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y) {
@@ -12,12 +14,12 @@ void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, Ma
 }
 
 void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx) {
-  dw.noalias() += dy.transpose() * x;
+  gemm_tn_add(dy, x, dw);
   // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
   // bits would depend on where the buffer happens to lie in memory. Rows are added in order here.
   for (Eigen::Index i = 0; i < dy.rows(); ++i)
     for (Eigen::Index c = 0; c < dy.cols(); ++c) db[static_cast<std::size_t>(c)] += dy(i, c);
-  if (dx.rows() > 0) dx.noalias() = dy * w;
+  if (dx.rows() > 0) gemm_nn(dy, w, dx);
 }
 
 void relu_forward(ConstMatView x, MatView y) { y = x.cwiseMax(0.0f); }
@@ -70,12 +72,20 @@ void bn_backward_sums(ConstMatView dy, ConstMatView xhat, std::span<double> sum_
 
 void bn_backward_dx(ConstMatView dy, ConstMatView xhat, std::span<const float> invstd, std::span<const float> gamma,
                     std::span<const double> sum_dy, std::span<const double> sum_dy_xhat, double n, MatView dx) {
-  for (Eigen::Index c = 0; c < dy.cols(); ++c) {
-    const auto mean_dy = static_cast<float>(sum_dy[c] / n);
-    const auto mean_dy_xhat = static_cast<float>(sum_dy_xhat[c] / n);
-    const float scale = gamma[c] * invstd[c];
+  // Per-feature constants for a block of columns, then the rows in memory order (a column-by-column
+  // walk over row-major data strides through memory).
+  constexpr Eigen::Index kBlock = 256;
+  float mean_dy[kBlock], mean_dy_xhat[kBlock], scale[kBlock];
+  for (Eigen::Index c0 = 0; c0 < dy.cols(); c0 += kBlock) {
+    const Eigen::Index width = std::min(kBlock, dy.cols() - c0);
+    for (Eigen::Index j = 0; j < width; ++j) {
+      mean_dy[j] = static_cast<float>(sum_dy[c0 + j] / n);
+      mean_dy_xhat[j] = static_cast<float>(sum_dy_xhat[c0 + j] / n);
+      scale[j] = gamma[c0 + j] * invstd[c0 + j];
+    }
     for (Eigen::Index i = 0; i < dy.rows(); ++i)
-      dx(i, c) = scale * (dy(i, c) - mean_dy - xhat(i, c) * mean_dy_xhat);
+      for (Eigen::Index j = 0; j < width; ++j)
+        dx(i, c0 + j) = scale[j] * (dy(i, c0 + j) - mean_dy[j] - xhat(i, c0 + j) * mean_dy_xhat[j]);
   }
 }
 

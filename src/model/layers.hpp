@@ -1,8 +1,9 @@
 #pragma once
 // The MLP's layers as *_forward / *_backward pairs over row-major [B, C] activations
-// (B = rows of the chunk being processed, IN/OUT/C = features). The CPU reference: plain Eigen,
-// float32, no allocation; kernels/ holds the GPU twin. Backward functions ACCUMULATE (+=) into
-// parameter gradients and OVERWRITE the input gradient.
+// (B = rows of the chunk being processed, IN/OUT/C = features). The CPU reference: Eigen (the backward
+// products through OpenBLAS when built with it, model/gemm_backend.hpp), float32, no allocation;
+// kernels/ holds the GPU twin. Backward functions ACCUMULATE (+=) into parameter gradients and
+// OVERWRITE the input gradient.
 //
 // BatchNorm is split in phases around its batch statistics so the step loop can reduce the statistics
 // across ranks in between (SyncBatchNorm) without the layer knowing about communication.

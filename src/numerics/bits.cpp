@@ -9,10 +9,19 @@
 namespace divsim {
 
 std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
-  for (const float v : values) {
-    h ^= std::bit_cast<std::uint32_t>(v);
-    h *= 0x100000001b3ull;
-  }
+  constexpr std::uint64_t kPrime = 0x100000001b3ull;
+  // Element i feeds lane i % kLanes: independent chains the compiler vectorises (one serial chain of
+  // dependent multiplies cost as much as the SGD step over the same parameters).
+  constexpr std::size_t kLanes = 8;
+  std::uint64_t lane[kLanes];
+  for (std::size_t k = 0; k < kLanes; ++k) lane[k] = h;
+  const std::size_t body = values.size() - values.size() % kLanes;
+  for (std::size_t i = 0; i < body; i += kLanes)
+    for (std::size_t k = 0; k < kLanes; ++k) lane[k] = (lane[k] ^ std::bit_cast<std::uint32_t>(values[i + k])) * kPrime;
+  for (std::size_t i = body; i < values.size(); ++i)
+    lane[i - body] = (lane[i - body] ^ std::bit_cast<std::uint32_t>(values[i])) * kPrime;
+  for (std::size_t k = 1; k < kLanes; ++k) lane[0] = (lane[0] ^ lane[k]) * kPrime;
+  h = lane[0];
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;

@@ -1,5 +1,6 @@
 #include "numerics/philox.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -7,19 +8,34 @@ namespace divsim {
 
 __extension__ typedef unsigned __int128 uint128;  // GCC/Clang builtin, for a 64x64->128 multiply
 
-PhiloxCounter philox4x32_10(PhiloxCounter c, PhiloxKey k) {
+namespace {
+
+// The 10 Philox rounds on N counters side by side (c[word][lane]): with N > 1 each step is the same
+// operation over N lanes, which the compiler turns into vector code.
+template <std::size_t N>
+void philox_rounds(std::uint32_t (&c)[4][N], PhiloxKey k) {
   constexpr std::uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr std::uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
-    const std::uint64_t p0 = std::uint64_t{kM0} * c[0];
-    const std::uint64_t p1 = std::uint64_t{kM1} * c[2];
-    const auto hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
-    const auto hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
-    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+    for (std::size_t j = 0; j < N; ++j) {
+      const std::uint64_t p0 = std::uint64_t{kM0} * c[0][j];
+      const std::uint64_t p1 = std::uint64_t{kM1} * c[2][j];
+      c[0][j] = static_cast<std::uint32_t>(p1 >> 32) ^ c[1][j] ^ k[0];
+      c[1][j] = static_cast<std::uint32_t>(p1);
+      c[2][j] = static_cast<std::uint32_t>(p0 >> 32) ^ c[3][j] ^ k[1];
+      c[3][j] = static_cast<std::uint32_t>(p0);
+    }
     k[0] += kW0;
     k[1] += kW1;
   }
-  return c;
+}
+
+}  // namespace
+
+PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key) {
+  std::uint32_t c[4][1] = {{counter[0]}, {counter[1]}, {counter[2]}, {counter[3]}};
+  philox_rounds(c, key);
+  return {c[0][0], c[1][0], c[2][0], c[3][0]};
 }
 
 KeyedStream::KeyedStream(std::uint64_t seed, Stream purpose, std::uint32_t w1, std::uint32_t w2,
@@ -44,11 +60,19 @@ float KeyedStream::uniform(std::uint64_t i) const {
 }
 
 void KeyedStream::fill_uniform(std::span<float> out) const {
-  for (std::size_t j = 0; j < out.size(); j += 4) {
-    const auto block = static_cast<std::uint32_t>(j >> 2);
-    const PhiloxCounter words = philox4x32_10({block, w1_, w2_, w3_}, key_);
-    for (std::size_t k = 0; k < 4 && j + k < out.size(); ++k)
-      out[j + k] = static_cast<float>(words[k] >> 8) * 0x1.0p-24f;
+  constexpr std::size_t kBlocks = 16;  // Philox blocks computed side by side (64 draws)
+  const std::size_t blocks = (out.size() + 3) / 4;
+  for (std::size_t b0 = 0; b0 < blocks; b0 += kBlocks) {
+    std::uint32_t c[4][kBlocks];
+    for (std::size_t j = 0; j < kBlocks; ++j) {
+      c[0][j] = static_cast<std::uint32_t>(b0 + j);
+      c[1][j] = w1_;
+      c[2][j] = w2_;
+      c[3][j] = w3_;
+    }
+    philox_rounds(c, key_);
+    const std::size_t n = std::min(kBlocks * 4, out.size() - b0 * 4);
+    for (std::size_t i = 0; i < n; ++i) out[b0 * 4 + i] = static_cast<float>(c[i & 3u][i >> 2] >> 8) * 0x1.0p-24f;
   }
 }
 

@@ -5,19 +5,25 @@
 
 namespace divsim {
 
-double l2_norm(std::span<const float> v) {
+double sum_of_squares(std::span<const float> v, double scale) {
   // 16 partial sums in a fixed pattern (vectorisable: one serial chain of dependent additions is
-  // ten times slower), combined in a fixed order: deterministic and independent of the process layout.
+  // ten times slower), combined in a fixed order.
   constexpr std::size_t kLanes = 16;
   double lane[kLanes] = {};
+  auto square = [scale](float x) {
+    const double s = static_cast<double>(x) * scale;
+    return s * s;
+  };
   const std::size_t body = v.size() - v.size() % kLanes;
   for (std::size_t i = 0; i < body; i += kLanes)
-    for (std::size_t k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(v[i + k]) * static_cast<double>(v[i + k]);
-  for (std::size_t i = body; i < v.size(); ++i) lane[i - body] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+    for (std::size_t k = 0; k < kLanes; ++k) lane[k] += square(v[i + k]);
+  for (std::size_t i = body; i < v.size(); ++i) lane[i - body] += square(v[i]);
   for (std::size_t width = kLanes / 2; width > 0; width /= 2)
     for (std::size_t k = 0; k < width; ++k) lane[k] += lane[k + width];
-  return std::sqrt(lane[0]);
+  return lane[0];
 }
+
+double l2_norm(std::span<const float> v) { return std::sqrt(sum_of_squares(v)); }
 
 double clip_grad_norm(std::span<float> grads, double max_norm) {
   const double norm = l2_norm(grads);

@@ -5,7 +5,10 @@
 
 namespace divsim {
 
-// L2 norm of v, squares accumulated in double in index order (deterministic, no reassociation).
+// Sum of (scale * v_i)^2 in double, in 16 partial sums of a fixed pattern combined in a fixed order
+// (deterministic, independent of the process layout, and vectorisable).
+double sum_of_squares(std::span<const float> v, double scale = 1.0);
+// L2 norm of v: sqrt(sum_of_squares(v)).
 double l2_norm(std::span<const float> v);
 
 // Returns the global L2 norm of grads before clipping. If max_norm > 0, computes torch's

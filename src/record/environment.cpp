@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "divsim_version.hpp"
+#include "model/gemm_backend.hpp"
 
 namespace divsim {
 
@@ -41,6 +42,7 @@ RootAttributes environment_attributes(MPI_Comm comm) {
       << "hdf5=" << h5maj << '.' << h5min << '.' << h5rel << "\n"
       << "eigen=" << EIGEN_WORLD_VERSION << '.' << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << "\n"
       << "eigen_simd=" << Eigen::SimdInstructionSetsInUse() << "\n"
+      << "gemm=" << gemm_backend() << "\n"
       << "boost=" << BOOST_LIB_VERSION << "\n"
       << "compiler=" << kCompiler << "\n"
       << "cuda=none\n"

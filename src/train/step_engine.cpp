@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/gemm_backend.hpp"
 #include "model/loss.hpp"
 #include "numerics/philox.hpp"
 
@@ -19,6 +20,7 @@ Eigen::Index ix(std::int64_t v) { return static_cast<Eigen::Index>(v); }
 
 StepEngine::StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings)
     : model_(model), data_(train), reducer_(reducer), s_(settings) {
+  use_one_gemm_thread();
   if (s_.chunk <= 0 || s_.plan.micro_batch % s_.chunk != 0)
     throw std::logic_error("chunk must divide the micro-batch");
   chunks_per_micro_ = static_cast<int>(s_.plan.micro_batch / s_.chunk);

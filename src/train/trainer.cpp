@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "comm/collectives.hpp"
+#include "comm/mpi_check.hpp"
 #include "divsim_version.hpp"
 #include "comm/reducer.hpp"
 #include "config/options.hpp"
@@ -238,6 +239,11 @@ class Run {
   std::vector<Replica> replicas_;
   std::vector<std::span<float>> grad_spans_;
   std::vector<std::vector<float>> ring_copies_;
+  struct OrderRow {
+    double participates, cap, rotation;
+  };
+  std::vector<OrderRow> order_rows_, all_order_rows_;  // reduce(): this process's ranks, all ranks
+  std::vector<RingOrder> orders_;                       // reduce(): the distinct extra ring orders
   std::vector<float> buffer_scratch_;  // pre-reduction gradients, for ranks with their own ring
   struct PendingEvent {
     std::int64_t step;
@@ -355,6 +361,8 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     setup_events_.push_back({step, rank, kind, detail});
   };
   replicas_.resize(static_cast<std::size_t>(proc_.rank_count));
+  order_rows_.resize(replicas_.size());
+  all_order_rows_.resize(static_cast<std::size_t>(proc_.world_size));
   for (int k = 0; k < proc_.rank_count; ++k) {
     Replica& r = replicas_[static_cast<std::size_t>(k)];
     r.rank = proc_.rank_begin + k;
@@ -508,11 +516,15 @@ void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& 
     double sum = 0.0;
     for (const ParamTensor& t : model_.tensors()) {
       double sq = 0.0;
-      for (std::size_t i = t.offset; i < t.offset + t.size; ++i) {
-        double v = 0.0;
-        for (int p = 0; p < parts; ++p) v += g[static_cast<std::size_t>(p) * np + i];
-        v *= unscale;
-        sq += v * v;
+      if (parts == 1) {
+        sq = sum_of_squares(std::span<const float>(g.data() + t.offset, t.size), unscale);
+      } else {
+        for (std::size_t i = t.offset; i < t.offset + t.size; ++i) {
+          double v = 0.0;
+          for (int p = 0; p < parts; ++p) v += g[static_cast<std::size_t>(p) * np + i];
+          v *= unscale;
+          sq += v * v;
+        }
       }
       per_layer[k * L + t.layer_index] += sq;
       sum += sq;
@@ -541,29 +553,32 @@ void Run::own_gradient(Replica& r) const {
 // ring order take the sum of the same contributions summed in that order.
 void Run::reduce(std::int64_t step) {
   const std::size_t np = model_.num_params();
+  // Participation and ring orders are knobs only faults change: without faults every rank takes part
+  // in the one reduction, and the step needs no collective to agree on that.
   int skipped = 0;
-  for (Replica& r : replicas_)
-    if (!r.knobs.participates) {
-      ++skipped;
-      std::fill(r.grads.begin(), r.grads.end(), 0.0f);
+  orders_.clear();
+  if (!faults_->empty()) {
+    // Each rank's [participates, ring bucket cap, ring rotation], gathered in one collective: the
+    // divisor counts participants, and all processes must run the same extra rings.
+    for (std::size_t k = 0; k < replicas_.size(); ++k) {
+      Replica& r = replicas_[k];
+      if (!r.knobs.participates) std::fill(r.grads.begin(), r.grads.end(), 0.0f);
+      order_rows_[k] = r.knobs.own_ring ? OrderRow{r.knobs.participates ? 1.0 : 0.0, r.knobs.ring_bucket_cap_mb,
+                                                   static_cast<double>(r.knobs.ring_rotation)}
+                                        : OrderRow{r.knobs.participates ? 1.0 : 0.0, 0.0, 0.0};
     }
-  allreduce_in_place(&skipped, 1, MPI_INT, MPI_SUM, comm_);
+    mpi_check(MPI_Allgather(order_rows_.data(), 3 * proc_.rank_count, MPI_DOUBLE, all_order_rows_.data(),
+                            3 * proc_.rank_count, MPI_DOUBLE, comm_),
+              "MPI_Allgather");
+    for (const OrderRow& o : all_order_rows_) {
+      skipped += o.participates == 0.0;
+      const RingOrder ro{o.cap, static_cast<std::uint32_t>(o.rotation)};
+      if (o.cap > 0.0 && std::find(orders_.begin(), orders_.end(), ro) == orders_.end()) orders_.push_back(ro);
+    }
+  }
   const double participants = static_cast<double>(proc_.world_size - skipped);
   const double divisor = divisor_ * participants / static_cast<double>(proc_.world_size);
-
-  // Which ring orders do ranks ask for? (all processes must run the same extra rings)
-  struct OrderRow { double cap; double rotation; };
-  std::vector<OrderRow> mine, all(static_cast<std::size_t>(proc_.world_size));
-  for (const Replica& r : replicas_)
-    mine.push_back(r.knobs.own_ring ? OrderRow{r.knobs.ring_bucket_cap_mb, static_cast<double>(r.knobs.ring_rotation)}
-                                    : OrderRow{0.0, 0.0});
-  MPI_Allgather(mine.data(), 2 * proc_.rank_count, MPI_DOUBLE, all.data(), 2 * proc_.rank_count, MPI_DOUBLE, comm_);
-  std::vector<RingOrder> orders;
-  for (const OrderRow& o : all) {
-    const RingOrder ro{o.cap, static_cast<std::uint32_t>(o.rotation)};
-    if (o.cap > 0.0 && std::find(orders.begin(), orders.end(), ro) == orders.end()) orders.push_back(ro);
-  }
-  if (!orders.empty()) {
+  if (!orders_.empty()) {
     ring_copies_.resize(replicas_.size());
     for (std::size_t k = 0; k < replicas_.size(); ++k)
       ring_copies_[k].assign(replicas_[k].grads.begin(), replicas_[k].grads.begin() + static_cast<std::ptrdiff_t>(np));
@@ -571,9 +586,8 @@ void Run::reduce(std::int64_t step) {
 
   reducer_->allreduce_gradients(grad_spans_, engine_->grad_parts(), divisor);
 
-  std::vector<float> work;
   std::vector<std::span<float>> spans;
-  for (const RingOrder& order : orders) {
+  for (const RingOrder& order : orders_) {
     std::vector<std::vector<float>> copies = ring_copies_;
     spans.clear();
     for (auto& c : copies) spans.emplace_back(c);

@@ -1,0 +1,28 @@
+#pragma once
+// The kernels behind the matrix products. With the CMake option DIVSIM_OPENBLAS (default ON, when
+// OpenBLAS is found) the two backward products of a Linear layer go to OpenBLAS's sgemm, otherwise to
+// Eigen's own kernels; the forward product is always Eigen's. Why the split: Eigen computes each row of
+// x w^T the same way whatever the number of rows, so a sample's forward result does not depend on the
+// per-rank batch (the world size), while OpenBLAS picks other kernels for thin products and its rows
+// then depend on the row count (docs/design.md). All are deterministic for given shapes, which is what
+// the reproducibility guarantees rest on; the bits do depend on the backend (and on the kernel OpenBLAS
+// picks for the CPU), so every trajectory file names it.
+#include <string>
+
+#include "model/tensor.hpp"
+
+namespace divsim {
+
+// c[M,N] += a[K,M]^T b[K,N]  (the weight gradient dw += dy^T x)
+void gemm_tn_add(ConstMatView a, ConstMatView b, MatView c);
+// c[M,N] = a[M,K] b[K,N]     (the input gradient dx = dy w)
+void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
+
+// One BLAS thread per process: MPI processes and logical ranks are divsim's parallelism, and BLAS
+// threads would compete with the other processes for the same cores. Idempotent.
+void use_one_gemm_thread();
+
+// "Eigen" or e.g. "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64, core SkylakeX"
+std::string gemm_backend();
+
+}  // namespace divsim
