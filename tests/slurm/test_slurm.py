@@ -221,18 +221,22 @@ def faults(a):
 
 # ---- checkpoint/resume under Slurm (gated on run.resume) -------------------------------------------
 def steps_for(a, seconds, args):
-    """Steps that take about `seconds` on 2 ranks here: the time of 500 steps less that of 100 (no start-up)."""
+    """Steps that take about `seconds` on 2 ranks here: the time of 2000 steps less that of 400 (no
+    start-up), measured with the job's own checkpoint interval: at a few thousand steps/s the periodic
+    checkpoints, not the steps, set the pace (calibrating without them once made a 75 s job need 37 starts)."""
     took = {}
-    for steps in (100, 500):
+    for steps in (400, 2000):
         t = time.monotonic()
-        local_run(a.workdir, 2, [*args, f"--train.steps={steps}"], "calibrate.h5")
+        local_run(a.workdir, 2, [*args, f"--run.checkpoint_every={CHECKPOINT_EVERY}", f"--train.steps={steps}"],
+                  "calibrate.h5")
         took[steps] = time.monotonic() - t
         os.remove(os.path.join(a.workdir, "calibrate.h5"))
-    return max(500, int(400 * seconds / max(took[500] - took[100], 0.1)))
+    return max(2000, int(1600 * seconds / max(took[2000] - took[400], 0.1)))
 
 
 LONG = ["--data.train_size=8192", "--data.test_size=1000", "--batch.global=64", "--record.layers_every=25",
         "--train.eval_every=500"]
+CHECKPOINT_EVERY = 100
 
 
 def resumed_job(a, name, sbatch_opts, target_seconds, interrupt):
@@ -245,7 +249,7 @@ def resumed_job(a, name, sbatch_opts, target_seconds, interrupt):
     print(f"{steps} steps (about {target_seconds} s here)")
     with LocalSlurm() as slurm:
         jobid = slurm.sbatch(["--ntasks=2", f"--job-name={name}", *sbatch_opts, str(JOBSCRIPTS / "divsim.sbatch"),
-                              *args], cwd=a.workdir, env=dict(job_env(), DIVSIM_CHECKPOINT_EVERY="100"))
+                              *args], cwd=a.workdir, env=dict(job_env(), DIVSIM_CHECKPOINT_EVERY=str(CHECKPOINT_EVERY)))
         interrupt(slurm, jobid)
         job = wait_ok(slurm, a.workdir, jobid, 1, 1500)[jobid]
     expect(int(job["Restarts"]) >= 1, f"job was stopped and requeued {job['Restarts']} time(s)")
@@ -257,8 +261,8 @@ def resumed_job(a, name, sbatch_opts, target_seconds, interrupt):
 
 def timelimit(a):
     # One minute limit, SIGTERM to the batch shell 55 s before it: Slurm checks limits about every 30 s,
-    # so the signal comes 5-35 s into each start; 75 s of work needs at least one requeue.
-    resumed_job(a, "timelimit", ["--time=1", "--signal=B:TERM@55"], 75, lambda slurm, jobid: None)
+    # so the signal comes 5-35 s into each start; 45 s of work needs at least one requeue.
+    resumed_job(a, "timelimit", ["--time=1", "--signal=B:TERM@55"], 45, lambda slurm, jobid: None)
 
 
 def preempt(a):
