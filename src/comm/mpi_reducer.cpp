@@ -29,7 +29,8 @@ class MpiReducer final : public Reducer {
     constexpr std::size_t kBlock = 4096;
     for (std::size_t lo = 0; lo < n; lo += kBlock) {
       const std::size_t m = std::min(kBlock, n - lo);
-      for (std::size_t i = lo; i < lo + m; ++i) acc[i] /= d;
+      if (d != 1.0f)  // x / 1 is x: one process with one rank skips the pass
+        for (std::size_t i = lo; i < lo + m; ++i) acc[i] /= d;
       for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc + lo, m, grads[k].data() + lo);
     }
   }

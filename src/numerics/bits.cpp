@@ -10,9 +10,10 @@ namespace divsim {
 
 std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
   constexpr std::uint64_t kPrime = 0x100000001b3ull;
-  // Element i feeds lane i % kLanes: independent chains the compiler vectorises (one serial chain of
-  // dependent multiplies cost as much as the SGD step over the same parameters).
-  constexpr std::size_t kLanes = 8;
+  // Element i feeds lane i % kLanes: independent chains the compiler vectorises. A 64-bit vector
+  // multiply has a latency of about ten times its issue cost, so 64 lanes (eight vectors of eight) keep
+  // the multiplier busy; with 8 lanes (one vector, one chain) the hash cost as much as the SGD step.
+  constexpr std::size_t kLanes = 64;
   std::uint64_t lane[kLanes];
   for (std::size_t k = 0; k < kLanes; ++k) lane[k] = h;
   const std::size_t body = values.size() - values.size() % kLanes;

@@ -8,7 +8,7 @@
 
 namespace divsim {
 
-// 64-bit FNV-1a over the exact bits of the floats in 8 interleaved lanes (float i feeds lane i % 8,
+// 64-bit FNV-1a over the exact bits of the floats in 64 interleaved lanes (float i feeds lane i % 64,
 // 32 bits at a time), the lanes folded in order, then a final avalanche (splitmix64 finaliser).
 // Two replicas have equal hashes iff (up to 2^-64) every parameter bit is equal.
 std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h = 0xcbf29ce484222325ull);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace divsim {
@@ -28,6 +29,13 @@ inline float rounded_mul(float a, float b) { return std::fma(a, b, -0.0f); }
 inline float fused(float a, float b, float c) { return a * b + c; }
 inline float rounded_mul(float a, float b) { return a * b; }
 #endif
+
+// Calls f(std::true_type) or f(std::false_type): a run-time flag becomes a compile-time one, so that
+// flags are hoisted out of element loops and every variant vectorises.
+template <class F>
+void dispatch(bool flag, F&& f) {
+  flag ? f(std::true_type{}) : f(std::false_type{});
+}
 
 void check_sizes(std::span<float> params, std::span<const float> grads, std::size_t n, const char* who) {
   if (params.size() != n || grads.size() != n) {
@@ -49,23 +57,15 @@ class Sgd final : public Optimizer {
 
   void step(std::span<float> params, std::span<const float> grads, double lr) override {
     check_sizes(params, grads, n_, "SGD");
-    float* p = params.data();
-    const float* g = grads.data();
-    float* buf = buf_.data();
-    const float wd = weight_decay_, mom = momentum_, neg_lr = static_cast<float>(-lr);
     // torch creates the momentum buffer as a copy of the first step's d_p.
-    const bool first = steps_ == 0;
-    for (std::size_t i = 0; i < n_; ++i) {
-      // d_p = grad.add(param, alpha=weight_decay)
-      float d = wd != 0.0f ? fused(p[i], wd, g[i]) : g[i];
-      if (mom != 0.0f) {
-        // buf.mul_(momentum).add_(d_p): alpha 1 - dampening = 1, so the fused add is a plain add.
-        buf[i] = first ? d : rounded_mul(buf[i], mom) + d;
-        // nesterov: d_p = d_p.add(buf, alpha=momentum); else d_p = buf
-        d = nesterov_ ? fused(buf[i], mom, d) : buf[i];
-      }
-      p[i] = fused(d, neg_lr, p[i]);  // param.add_(d_p, alpha=-lr)
-    }
+    const auto neg_lr = static_cast<float>(-lr);
+    dispatch(weight_decay_ != 0.0f, [&](auto decay) {
+      dispatch(momentum_ != 0.0f, [&](auto momentum) {
+        dispatch(steps_ == 0, [&](auto first) {
+          dispatch(nesterov_, [&](auto nesterov) { update<decay(), momentum(), first(), nesterov()>(params, grads, neg_lr); });
+        });
+      });
+    });
     ++steps_;
   }
 
@@ -78,6 +78,25 @@ class Sgd final : public Optimizer {
   void set_steps_taken(std::int64_t n) override { steps_ = n; }
 
  private:
+  template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+  void update(std::span<float> params, std::span<const float> grads, float neg_lr) {
+    float* p = params.data();
+    const float* g = grads.data();
+    float* buf = buf_.data();
+    const float wd = weight_decay_, mom = momentum_;
+    for (std::size_t i = 0; i < n_; ++i) {
+      // d_p = grad.add(param, alpha=weight_decay)
+      float d = kDecay ? fused(p[i], wd, g[i]) : g[i];
+      if constexpr (kMomentum) {
+        // buf.mul_(momentum).add_(d_p): alpha 1 - dampening = 1, so the fused add is a plain add.
+        buf[i] = kFirst ? d : rounded_mul(buf[i], mom) + d;
+        // nesterov: d_p = d_p.add(buf, alpha=momentum); else d_p = buf
+        d = kNesterov ? fused(buf[i], mom, d) : buf[i];
+      }
+      p[i] = fused(d, neg_lr, p[i]);  // param.add_(d_p, alpha=-lr)
+    }
+  }
+
   std::size_t n_;
   float momentum_, weight_decay_;
   bool nesterov_;

@@ -100,9 +100,9 @@ TEST(HashBits, EqualIffBitsEqual) {
 }
 
 TEST(HashBits, EveryPositionAndOrderCounts) {
-  // 37 floats: several rounds of the 8 lanes plus a tail. A one-bit change anywhere, and swapping two
-  // neighbours (different lanes) or two floats 8 apart (same lane), each change the hash.
-  std::vector<float> a(37);
+  // 150 floats: two rounds of the 64 lanes plus a tail. A one-bit change anywhere, and swapping two
+  // neighbours (different lanes) or two floats 64 apart (same lane), each change the hash.
+  std::vector<float> a(150);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f + 1.0f;
   const std::uint64_t h = hash_bits(a);
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -110,7 +110,7 @@ TEST(HashBits, EveryPositionAndOrderCounts) {
     b[i] = std::nextafter(b[i], 0.0f);
     EXPECT_NE(hash_bits(b), h) << i;
   }
-  for (const std::size_t gap : {1u, 8u}) {
+  for (const std::size_t gap : {1u, 64u}) {
     std::vector<float> b = a;
     std::swap(b[3], b[3 + gap]);
     EXPECT_NE(hash_bits(b), h) << gap;
@@ -119,7 +119,7 @@ TEST(HashBits, EveryPositionAndOrderCounts) {
 
 TEST(KeyedStream, FillUniformEqualsSingleDraws) {
   const KeyedStream s(99, Stream::dropout, 4, 1234, 2);
-  for (const std::size_t n : {37u, 64u, 203u}) {  // within, exactly and beyond one batch of 16 blocks
+  for (const std::size_t n : {37u, 128u, 203u, 600u}) {  // within, exactly and beyond one batch of 32 blocks
     std::vector<float> bulk(n);
     s.fill_uniform(bulk);
     for (std::size_t j = 0; j < bulk.size(); ++j) EXPECT_EQ(bulk[j], s.uniform(j)) << n << " " << j;
