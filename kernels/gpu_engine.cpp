@@ -191,6 +191,7 @@ void GpuEngine::upload_inputs(Replica& r, DeviceReplica& d, std::int64_t step, i
   d.labels.upload(r.labels, stream);
   d.samples.upload(r.samples, stream);
   if (micro == 0) d.params.upload(r.params, stream);  // parameters change only between steps
+  if (micro == 0) std::fill(r.grads.begin(), r.grads.end(), 0.0f);  // micro-step 0 starts the step's gradient
   d.grads.upload(r.grads, stream);                     // the step's gradient so far: micro-steps accumulate
 }
 

@@ -13,8 +13,9 @@
 
 namespace divsim {
 
-// c[M,N] += a[K,M]^T b[K,N]  (the weight gradient dw += dy^T x)
-void gemm_tn_add(ConstMatView a, ConstMatView b, MatView c);
+// c[M,N] += a[K,M]^T b[K,N]  (the weight gradient dw += dy^T x), or c = a^T b when !accumulate: the
+// same bits as adding onto zeros, without clearing c first.
+void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate);
 // c[M,N] = a[M,K] b[K,N]     (the input gradient dx = dy w)
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/gemm_backend.hpp"
+#include "numerics/simd.hpp"
 
 namespace divsim {
 
@@ -13,8 +14,11 @@ void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, Ma
   y.rowwise() += ConstVecView(b.data(), static_cast<Eigen::Index>(b.size())).transpose();
 }
 
-void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx) {
-  gemm_tn_add(dy, x, dw);
+void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx,
+                     GradWrite write) {
+  const bool accumulate = write == GradWrite::accumulate;
+  gemm_tn(dy, x, dw, accumulate);
+  if (!accumulate) std::fill(db.begin(), db.end(), 0.0f);
   // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
   // bits would depend on where the buffer happens to lie in memory. Rows are added in order here.
   for (Eigen::Index i = 0; i < dy.rows(); ++i)
@@ -103,7 +107,7 @@ void bn_backward_dx(ConstMatView dy, ConstMatView xhat, std::span<const float> i
   }
 }
 
-void activation_stats(ConstMatView a, std::span<double, kStatCount> out) {
+DIVSIM_WIDE_VECTORS void activation_stats(ConstMatView a, std::span<double, kStatCount> out) {
   // 8 lanes of partial sums, minima and maxima in a fixed pattern, combined in a fixed order: one
   // chain of dependent additions is latency-bound and ran at a quarter of the vectorised speed.
   constexpr std::size_t kLanes = 8;

@@ -17,8 +17,12 @@ namespace divsim {
 // Linear, https://pytorch.org/docs/stable/generated/torch.nn.Linear.html
 // y[B,OUT] = x[B,IN] w[OUT,IN]^T + b[OUT]
 void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y);
-// dw[OUT,IN] += dy^T x ; db[OUT] += column sums of dy ; dx[B,IN] = dy w (skipped when dx has no rows)
-void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx);
+// dw[OUT,IN] += dy^T x ; db[OUT] += column sums of dy ; dx[B,IN] = dy w (skipped when dx has no rows).
+// GradWrite::overwrite stores dw and db instead of adding (bit for bit adding onto zeros), so a
+// step's first micro-batch needs no cleared gradient buffer.
+enum class GradWrite { accumulate, overwrite };
+void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx,
+                     GradWrite write = GradWrite::accumulate);
 
 // ReLU: y = max(x, 0); dx = dy where y > 0 (y may alias x: the forward works in place)
 void relu_forward(ConstMatView x, MatView y);

@@ -6,9 +6,11 @@
 #include <string>
 #include <string_view>
 
+#include "numerics/simd.hpp"
+
 namespace divsim {
 
-std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
+DIVSIM_WIDE_VECTORS std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
   constexpr std::uint64_t kPrime = 0x100000001b3ull;
   // Element i feeds lane i % kLanes: independent chains the compiler vectorises. A 64-bit vector
   // multiply has a latency of about ten times its issue cost, so 64 lanes (eight vectors of eight) keep

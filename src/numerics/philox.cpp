@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "numerics/simd.hpp"
+
 namespace divsim {
 
 __extension__ typedef unsigned __int128 uint128;  // GCC/Clang builtin, for a 64x64->128 multiply
@@ -62,12 +64,8 @@ float KeyedStream::uniform(std::uint64_t i) const {
 }
 
 // 32 Philox blocks side by side (128 draws): the ten dependent rounds of one vector of counters take far
-// longer than issuing them, so several vectors must be in flight. 512-bit vectors where the CPU has
-// them: GCC prefers 256-bit ones on such CPUs, which halves the rate of this loop.
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target("prefer-vector-width=512")))
-#endif
-void KeyedStream::fill_uniform(std::span<float> out) const {
+// longer than issuing them, so several vectors must be in flight.
+DIVSIM_WIDE_VECTORS void KeyedStream::fill_uniform(std::span<float> out) const {
   constexpr std::size_t kBlocks = 32;
   const std::size_t blocks = (out.size() + 3) / 4;
   for (std::size_t b0 = 0; b0 < blocks; b0 += kBlocks) {

@@ -39,7 +39,8 @@ class Engine {
   virtual int grad_parts() const = 0;               // gradient slots per replica
   virtual void allocate(Replica& r) const = 0;      // sizes gradients and workspace once
   // Micro-step `micro` of optimizer step `step` over the samples already in each replica's `samples`.
-  // Gradients accumulate into the replicas' slots (host memory); losses into loss_parts/loss_sum.
+  // Micro-step 0 starts the step's gradient (whatever the slots held before is overwritten), later
+  // ones accumulate into the replicas' slots (host memory); losses into loss_parts/loss_sum.
   // When `stats` is given, layer statistics of this micro-step are written into it.
   virtual void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) = 0;
   // Mean cross-entropy and accuracy of one replica on a dataset (eval mode: running BN statistics, no

@@ -74,6 +74,12 @@ ConstMatView StepEngine::matmul_input(const Replica& r, ConstMatView m, std::vec
   return ConstMatView(scratch.data(), m.rows(), m.cols());
 }
 
+// Every gradient slot is written first by a step's first micro-batch (deterministic mode: by its one
+// chunk), which overwrites it; later micro-batches add to slot 0.
+GradWrite StepEngine::grad_write(int micro) const {
+  return s_.deterministic || micro == 0 ? GradWrite::overwrite : GradWrite::accumulate;
+}
+
 const float* StepEngine::layer_input(const Replica& r, std::size_t l) const {
   return l == 0 ? r.input.data() : r.out[l - 1].data();
 }
@@ -164,14 +170,18 @@ void StepEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::
       const float scale = 1.0f / keep;
       for (Replica& r : replicas) {
         for (Eigen::Index i = 0; i < mb; ++i) {
-          std::span<float> row(r.aux[l].data() + sz(i * out), sz(out));
+          float* mask = r.aux[l].data() + sz(i * out);
           KeyedStream(r.knobs.dropout_seed, Stream::dropout, static_cast<std::uint32_t>(step),
                       static_cast<std::uint32_t>(r.samples[sz(i)]), layer.index)
-              .fill_uniform(row);
-          for (float& m : row) m = m < keep ? scale : 0.0f;
+              .fill_uniform(std::span<float>(mask, sz(out)));
+          // Mask and output row while the row is in cache (dropout_apply's product, row by row).
+          const float* x = layer_input(r, l) + sz(i * in);
+          float* y = r.out[l].data() + sz(i * out);
+          for (std::size_t c = 0; c < sz(out); ++c) {
+            mask[c] = mask[c] < keep ? scale : 0.0f;
+            y[c] = x[c] * mask[c];
+          }
         }
-        dropout_apply(ConstMatView(layer_input(r, l), mb, in), ConstMatView(r.aux[l].data(), mb, out),
-                      MatView(r.out[l].data(), mb, out));
       }
       return;
     }
@@ -257,7 +267,8 @@ void StepEngine::backward_layer(std::span<Replica> replicas, std::size_t l, int 
           const ConstMatView x = matmul_input(r, ConstMatView(layer_input(r, l) + sz(row0 * layer.in), ix(s_.chunk), in), round_a_);
           // The first layer's input gradient is not needed (the input is data).
           MatView dx(r.dnext.data() + sz(row0 * layer.in), l == 0 ? 0 : ix(s_.chunk), in);
-          linear_backward(dy, x, w, MatView(g + layer.weight, out, in), std::span<float>(g + layer.bias, sz(layer.out)), dx);
+          linear_backward(dy, x, w, MatView(g + layer.weight, out, in), std::span<float>(g + layer.bias, sz(layer.out)), dx,
+                          grad_write(micro));
         }
       }
       break;
@@ -295,6 +306,10 @@ void StepEngine::batchnorm_backward(std::span<Replica> replicas, const Layer& la
       const std::size_t slot = s_.deterministic ? sz(micro) * chunks + c : 0;
       float* dgamma = r.grads.data() + slot * np + layer.weight;
       float* dbeta = r.grads.data() + slot * np + layer.bias;
+      if (grad_write(micro) == GradWrite::overwrite) {
+        std::fill_n(dgamma, n, 0.0f);
+        std::fill_n(dbeta, n, 0.0f);
+      }
       for (std::size_t i = 0; i < n; ++i) {
         dbeta[i] += static_cast<float>(part[i]);
         dgamma[i] += static_cast<float>(part[n + i]);

@@ -41,6 +41,7 @@ class StepEngine final : public Engine {
   // Matmul inputs in the replica's precision (rounded copies unless fp32).
   ConstMatView matmul_input(const Replica& r, ConstMatView m, std::vector<float>& scratch) const;
   const float* layer_input(const Replica& r, std::size_t l) const;
+  GradWrite grad_write(int micro) const;
 
   const Mlp& model_;
   const Dataset& data_;

@@ -716,7 +716,6 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
     for (Replica& r : replicas_) {
       reset_knobs(r, step);
       faults_->adjust(step, r, log_);
-      std::fill(r.grads.begin(), r.grads.end(), 0.0f);
       std::fill(r.loss_parts.begin(), r.loss_parts.end(), 0.0);
       r.loss_sum = 0.0;
       r.correct = 0;

@@ -145,6 +145,16 @@ TEST(LayerGrad, LinearMatchesFiniteDifferencesAndAccumulates) {
   expect_close("linear dw (accumulated)", dw, want_dw);
   expect_close("linear db (accumulated)", db, want_db);
 
+  // GradWrite::overwrite: what was in dw and db is replaced, bit for bit what accumulating onto zeros gives.
+  std::vector<float> dw0(OUT * IN, 0.0f), db0(OUT, 0.0f), dx0(B * IN);
+  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw0, OUT, IN), db0, view(dx0, B, IN));
+  std::vector<float> dw1(OUT * IN, std::numeric_limits<float>::quiet_NaN()), db1(OUT, 7.0f), dx1(B * IN);
+  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw1, OUT, IN), db1, view(dx1, B, IN),
+                  GradWrite::overwrite);
+  EXPECT_EQ(dw1, dw0);
+  EXPECT_EQ(db1, db0);
+  EXPECT_EQ(dx1, dx0);
+
   // No dx rows: the input gradient is skipped, the parameter gradients are not.
   std::vector<float> dw2(OUT * IN, 0.0f), db2(OUT, 0.0f);
   linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw2, OUT, IN), db2,
