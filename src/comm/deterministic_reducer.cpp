@@ -7,7 +7,8 @@
 // order. The scale of each tensor (each statistic) comes from the global maximum magnitude, agreed with
 // MPI_Allreduce(MAX), which is exact and order-free too. Headroom for 2^21 partials leaves 41 bits of
 // resolution below the largest partial: far finer than float32's 24, so the result is the exact sum
-// rounded once, not a noisier one. A non-finite partial makes its tensor non-finite (NaN/Inf propagate).
+// rounded to double, scaled by 2^-S / divisor in double, then rounded to float: within an ulp of float32
+// of the exact mean. A non-finite partial makes its tensor non-finite (NaN/Inf propagate).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "comm/collectives.hpp"
 #include "comm/reducer.hpp"
+#include "numerics/simd.hpp"
 
 namespace divsim {
 namespace {
@@ -26,7 +28,7 @@ constexpr int kMantissaBits = 62 - kHeadroomBits;
 // Scale exponent for a segment whose largest magnitude is max_abs: |v| * 2^S < 2^kMantissaBits.
 // Largest |v| of n floats, NaN counting as infinity so it propagates. On the bit patterns with the sign
 // cleared, integer order is magnitude order (and a vectorised integer max is ~50x faster than fmax).
-double max_magnitude(const float* v, std::size_t n) {
+DIVSIM_WIDE_VECTORS double max_magnitude(const float* v, std::size_t n) {
   std::uint32_t m = 0;
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
   return static_cast<double>(std::bit_cast<float>(std::min(m, 0x7f800000u)));
@@ -39,6 +41,24 @@ int scale_exponent(double max_abs) {
   return kMantissaBits - e;
 }
 
+constexpr std::size_t kBlock = 512;  // elements converted at a time: the block's sum stays in L1
+
+// acc[i] = sum over the partials of round(v[lo + i] * scale) as 64-bit integers (exact: the sum's order
+// does not matter). Multiplying by a power of two is exact; nearbyint rounds once, to nearest even.
+DIVSIM_WIDE_VECTORS void to_fixed(const std::vector<const float*>& partials, std::size_t lo, std::size_t n,
+                                  double scale, std::int64_t* acc) {
+  std::fill_n(acc, n, 0);
+  for (const float* v : partials)
+    for (std::size_t i = 0; i < n; ++i)
+      acc[i] += static_cast<std::int64_t>(std::nearbyint(static_cast<double>(v[lo + i]) * scale));
+}
+
+// out[i] = float(acc[i] * factor), factor = 2^-S / divisor. One product instead of a division per
+// element: the same function of the same integers at every world size, which is all the invariance needs.
+DIVSIM_WIDE_VECTORS void from_fixed(const std::int64_t* acc, std::size_t n, double factor, float* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(acc[i]) * factor);
+}
+
 class DeterministicReducer final : public Reducer {
  public:
   DeterministicReducer(MPI_Comm comm, const ReduceLayout& layout)
@@ -49,37 +69,37 @@ class DeterministicReducer final : public Reducer {
   void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
     check_parts(parts);
     const std::size_t n = layout_.num_params;
+    // Every partial of this process, in a fixed order: local rank, then part.
+    partials_.clear();
+    for (const auto& g : grads)
+      for (int p = 0; p < parts; ++p) partials_.push_back(g.data() + static_cast<std::size_t>(p) * n);
     for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
       const auto [off, size] = layout_.tensors[t];
       double m = 0.0;
-      for (const auto& g : grads)
-        for (int p = 0; p < parts; ++p)
-          m = std::fmax(m, max_magnitude(g.data() + static_cast<std::size_t>(p) * n + off, size));
+      for (const float* v : partials_) m = std::fmax(m, max_magnitude(v + off, size));
       max_[t] = m;
     }
     allreduce_in_place(max_.data(), static_cast<int>(max_.size()), MPI_DOUBLE, MPI_MAX, comm_);
-    std::fill(fixed_.begin(), fixed_.end(), 0);
     for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
       const auto [off, size] = layout_.tensors[t];
-      if (!std::isfinite(max_[t])) continue;
-      // Multiplying by a power of two is exact; nearbyint rounds once, to nearest even (vectorised).
+      if (!std::isfinite(max_[t])) {  // the tensor comes out NaN; its integers only need to be defined
+        std::fill_n(fixed_.data() + off, size, 0);
+        continue;
+      }
+      // Block by block, all partials of a block summed while it is in cache: each partial is read once
+      // and the integer sum written once.
       const double scale = std::ldexp(1.0, scale_exponent(max_[t]));
-      std::int64_t* acc = fixed_.data() + off;
-      for (const auto& g : grads)
-        for (int p = 0; p < parts; ++p) {
-          const float* v = g.data() + static_cast<std::size_t>(p) * n + off;
-          for (std::size_t i = 0; i < size; ++i)
-            acc[i] += static_cast<std::int64_t>(std::nearbyint(static_cast<double>(v[i]) * scale));
-        }
+      for (std::size_t lo = off; lo < off + size; lo += kBlock)
+        to_fixed(partials_, lo, std::min(kBlock, off + size - lo), scale, fixed_.data() + lo);
     }
     allreduce_in_place(fixed_.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm_);
     float* out = grads[0].data();
     for (std::size_t t = 0; t < layout_.tensors.size(); ++t) {
       const auto [off, size] = layout_.tensors[t];
-      const double unscale = std::ldexp(1.0, -scale_exponent(max_[t]));
-      for (std::size_t i = off; i < off + size; ++i)
-        out[i] = std::isfinite(max_[t]) ? static_cast<float>(static_cast<double>(fixed_[i]) * unscale / divisor)
-                                        : std::numeric_limits<float>::quiet_NaN();
+      if (std::isfinite(max_[t]))
+        from_fixed(fixed_.data() + off, size, std::ldexp(1.0, -scale_exponent(max_[t])) / divisor, out + off);
+      else
+        std::fill_n(out + off, size, std::numeric_limits<float>::quiet_NaN());
     }
     for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(out, n, grads[k].data());
   }
@@ -120,6 +140,7 @@ class DeterministicReducer final : public Reducer {
   int processes_ = 1;
   std::vector<std::int64_t> fixed_;
   std::vector<double> max_;
+  std::vector<const float*> partials_;
   std::vector<double> stat_max_;
   std::vector<std::int64_t> stat_fixed_;
 };
