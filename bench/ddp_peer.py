@@ -88,6 +88,7 @@ def check_supported(cfg):
     """Raises ValueError naming the first setting this peer does not reproduce."""
     refusals = [
         (cfg.faults, "fault: the peer runs fault-free jobs only"),
+        (cfg.text("data.source") != "fashion-mnist", "data.source must be fashion-mnist"),
         (cfg.int("batch.accum_steps") != 1, "batch.accum_steps must be 1"),
         (cfg.int("batch.per_rank") != 0, "batch.per_rank must be 0 (the peer splits batch.global)"),
         (cfg.text("batch.lr_scaling") != "none", "batch.lr_scaling must be none"),
@@ -179,7 +180,7 @@ def run_ddp(cfg, world, steps=None):
     check_supported(cfg)
     if cfg.int("batch.global") % world:
         raise ValueError(f"batch.global={cfg.int('batch.global')} is not divisible by the world size {world}")
-    x_train, y_train, x_test, y_test = load_data(cfg)
+    x_train, y_train, x_test, y_test, _ = load_data(cfg)
     if steps is None:
         per_rank = len(x_train) // world if cfg.bool("batch.drop_last") else -(-len(x_train) // world)
         steps = cfg.int("train.steps") or cfg.int("train.epochs") * (per_rank // (cfg.int("batch.global") // world))

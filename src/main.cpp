@@ -11,12 +11,18 @@
 #include <string>
 
 #include "config/options.hpp"
+#include "record/recover_command.hpp"
 #include "train/termination.hpp"
 #include "train/trainer.hpp"
 
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (argc >= 2 && std::string(argv[1]) == "recover") {  // divsim recover RUN [OUT]: one process, no run
+    const int code = divsim::recover_command("divsim recover", argc - 1, argv + 1);
+    MPI_Finalize();
+    return code;
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   divsim::install_termination_handler();

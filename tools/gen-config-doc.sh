@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Writes docs/configuration.md from the binary's own --help, so the reference cannot drift from the code.
-# usage: tools/gen-config-doc.sh [build/divsim]   (CTest docs.configuration checks it is up to date)
+# usage: tools/gen-config-doc.sh [build/divsim] [--check]
+#   --check: write nothing; exit 1 with a diff when docs/configuration.md is not what it would write
+#   (CTest docs.configuration runs this)
 set -euo pipefail
-divsim=${1:-build/divsim}
+divsim=build/divsim
+check=""
+for a in "$@"; do
+  case $a in
+    --check) check=1 ;;
+    *) divsim=$a ;;
+  esac
+done
 cd "$(dirname "$0")/.."
-{
+generate() {
   cat <<'HEAD'
 # Configuration reference
 
@@ -20,4 +29,12 @@ and the command line are all applied, files first.
 HEAD
   "$divsim" --help | sed '1,2d'
   echo '```'
-} > docs/configuration.md
+}
+if [[ -n $check ]]; then
+  if ! diff -u docs/configuration.md <(generate); then
+    echo "docs/configuration.md is out of date: run tools/gen-config-doc.sh" >&2
+    exit 1
+  fi
+else
+  generate > docs/configuration.md
+fi

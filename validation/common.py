@@ -24,8 +24,9 @@ class ValidationError(RuntimeError):
 
 
 def find_divsim(path=None):
-    """The divsim binary: the given path, $DIVSIM, or the first build*/divsim in the repository."""
-    candidates = [path, os.environ.get("DIVSIM")]
+    """The divsim binary: the given path, $DIVSIM, build/divsim (the release build), or the first other
+    build*/divsim in the repository (sorted, "build-asan" would come before "build")."""
+    candidates = [path, os.environ.get("DIVSIM"), os.path.join(REPO, "build", "divsim")]
     candidates += sorted(os.path.join(REPO, d, "divsim") for d in os.listdir(REPO) if d.startswith("build"))
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
@@ -125,12 +126,27 @@ def _idx(path, magic, dims):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
+def standardised(train_bytes, test_bytes):
+    """float32 features from byte features [N, F] as divsim's data section documents: per-feature mean and
+    population std of the used training split from exact integer sums, std floored at 1e-3,
+    x = float32((b/255 - mean)/std) with every step in double; the test split with the training's."""
+    n = train_bytes.shape[0]
+    s1 = train_bytes.sum(axis=0, dtype=np.int64)
+    s2 = (train_bytes.astype(np.int64) ** 2).sum(axis=0)
+    mean = s1.astype(np.float64) / (255.0 * n)
+    var = (n * s2 - s1 * s1).astype(np.float64) / (float(n) * float(n) * 65025.0)
+    std = np.maximum(np.sqrt(var), 1e-3)
+
+    def standardise(b):
+        return ((b / 255.0 - mean) / std).astype(np.float32)
+
+    return standardise(train_bytes), standardise(test_bytes)
+
+
 @functools.lru_cache(maxsize=2)
 def fashion_mnist(root, train_size=0, test_size=0):
-    """(x_train, y_train, x_test, y_test): float32 [N, 784] and int64 labels, standardised as divsim's
-    data section documents: per-pixel mean and population std of the used training split from exact
-    integer sums, std floored at 1e-3, x = float32((b/255 - mean)/std) with every step in double.
-    Cached: callers must not modify the arrays."""
+    """(x_train, y_train, x_test, y_test): float32 [N, 784] (standardised()) and int64 labels. Cached:
+    callers must not modify the arrays."""
     def split(kind, n):
         x = _idx(os.path.join(root, f"{kind}-images-idx3-ubyte.gz"), 0x803, 3)
         y = _idx(os.path.join(root, f"{kind}-labels-idx1-ubyte.gz"), 0x801, 1)
@@ -139,24 +155,37 @@ def fashion_mnist(root, train_size=0, test_size=0):
 
     bt, yt = split("train", train_size)
     be, ye = split("t10k", test_size)
-    n = bt.shape[0]
-    s1 = bt.sum(axis=0, dtype=np.int64)
-    s2 = (bt.astype(np.int64) ** 2).sum(axis=0)
-    mean = s1.astype(np.float64) / (255.0 * n)
-    var = (n * s2 - s1 * s1).astype(np.float64) / (float(n) * float(n) * 65025.0)
-    std = np.maximum(np.sqrt(var), 1e-3)
+    xt, xe = standardised(bt, be)
+    return xt, yt, xe, ye
 
-    def standardise(b):
-        return ((b / 255.0 - mean) / std).astype(np.float32)
 
-    return standardise(bt), yt, standardise(be), ye
+def hdf5_data(path, train_size=0, test_size=0):
+    """(x_train, y_train, x_test, y_test, classes) of a data.source=hdf5 file (src/data/h5_dataset.hpp):
+    uint8 features standardised as Fashion-MNIST's, floating point ones as stored (float32)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        def split(name, n):
+            x, y = f[f"{name}/x"], f[f"{name}/y"]
+            n = n or len(x)
+            return x[:n].reshape(n, -1), y[:n].astype(np.int64)
+
+        bt, yt = split("train", train_size)
+        be, ye = split("test", test_size)
+        classes = int(f["train/y"].attrs.get("classes", max(yt.max(), ye.max()) + 1))
+    xt, xe = standardised(bt, be) if bt.dtype == np.uint8 else (bt.astype(np.float32), be.astype(np.float32))
+    return xt, yt, xe, ye, classes
 
 
 def load_data(cfg):
-    """The run's data; only Fashion-MNIST can be rebuilt outside divsim (synthetic data is Philox-keyed)."""
-    if cfg.text("data.source") != "fashion-mnist":
-        raise ValidationError(f"data.source={cfg.text('data.source')}: only fashion-mnist can be replayed")
-    return fashion_mnist(cfg.text("data.root"), cfg.int("data.train_size"), cfg.int("data.test_size"))
+    """The run's data as (x_train, y_train, x_test, y_test, classes); synthetic data cannot be rebuilt
+    outside divsim (it is Philox-keyed)."""
+    source = cfg.text("data.source")
+    if source == "fashion-mnist":
+        return (*fashion_mnist(cfg.text("data.root"), cfg.int("data.train_size"), cfg.int("data.test_size")), 10)
+    if source == "hdf5":
+        return hdf5_data(cfg.text("data.path"), cfg.int("data.train_size"), cfg.int("data.test_size"))
+    raise ValidationError(f"data.source={source}: only fashion-mnist and hdf5 data can be replayed")
 
 
 def build_mlp(cfg, in_features=784, classes=10, dropout=None):

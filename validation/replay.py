@@ -147,7 +147,7 @@ def replay(path, steps=None, dtype="float32", row_order=None):
     dt = getattr(torch, dtype)
     data, cfg, W = read_run(path)
     check_replayable(cfg, data)
-    x_train, y_train, x_test, y_test = load_data(cfg)
+    x_train, y_train, x_test, y_test, classes = load_data(cfg)
     x_train, y_train = torch.from_numpy(x_train).to(dt), torch.from_numpy(y_train)
     x_test, y_test = torch.from_numpy(x_test).to(dt), torch.from_numpy(y_test)
 
@@ -163,7 +163,7 @@ def replay(path, steps=None, dtype="float32", row_order=None):
     clip = cfg.float("optim.clip_norm")
     sync_bn = cfg.bool("dist.sync_bn") and cfg.bool("model.batchnorm") and W > 1
 
-    model = build_mlp(cfg).to(dt)
+    model = build_mlp(cfg, in_features=x_train.shape[1], classes=classes).to(dt)
     load_init(model, data)
     params = list(model.parameters())
     opt = make_optimizer(cfg, params)

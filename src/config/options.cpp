@@ -182,8 +182,10 @@ const std::vector<Field>& fields() {
       field("run", "checkpoint_every", &R::run, &RunSection::checkpoint_every,
             "checkpoint every N steps into <out>.ckpt/ (0: only when SIGTERM arrives)"),
       field("run", "resume", &R::run, &RunSection::resume, "no | auto: continue from the newest checkpoint, if any"),
-      field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic"),
+      field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic | hdf5"),
       field("data", "root", &R::data, &DataSection::root, "folder of the Fashion-MNIST IDX files"),
+      field("data", "path", &R::data, &DataSection::path,
+            "hdf5: the data file, with /train/x, /train/y, /test/x, /test/y"),
       field("data", "train_size", &R::data, &DataSection::train_size, "first N training samples; 0 = all"),
       field("data", "test_size", &R::data, &DataSection::test_size, "first N test samples; 0 = all"),
       field("data", "augment", &R::data, &DataSection::augment, "random horizontal flip + shift by <= 2 pixels"),
@@ -461,7 +463,8 @@ po::parsed_options parse_argv(int argc, const char* const* argv, const po::optio
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    const bool empty_value = a.starts_with("--") && a.find('=') == a.size() - 1;
+    // "--=" has no name: find_nothrow("") would throw (every option matches it); Boost reports it below.
+    const bool empty_value = a.starts_with("--") && a.size() > 3 && a.find('=') == a.size() - 1;
     const po::option_description* option =
         empty_value ? desc.find_nothrow(std::string(a.substr(2, a.size() - 3)), false) : nullptr;
     if (option != nullptr && option->semantic()->max_tokens() > 0) {
@@ -589,8 +592,10 @@ CliResult parse_command_line(int argc, const char* const* argv) {
   }
   if (help) {
     std::ostringstream text;
-    text << version_text() << ": MPI simulator of data-parallel training divergence\n\n"
-         << "Usage: mpiexec -n W divsim [--config FILE]... [--section.key=VALUE]... [--fault SPEC]...\n" << desc;
+    const std::string banner = version_text();
+    text << banner.substr(0, banner.size() - 1) << ": MPI simulator of data-parallel training divergence\n\n"
+         << "Usage: mpiexec -n W divsim [--config FILE]... [--section.key=VALUE]... [--fault SPEC]...\n"
+         << "       divsim recover RUN [OUT]   rebuild a killed run's trajectory from RUN.journal\n" << desc;
     result.action = CliAction::help;
     result.text = text.str();
     return result;
@@ -621,8 +626,11 @@ void validate(const RunConfig& c) {
   require(name_ok, "run.name", "non-empty and only A-Z a-z 0-9 . _ -", in_quotes(name));
   require_ini_text("run.out", c.run.out);
 
-  require_one_of("data.source", c.data.source, {"fashion-mnist", "synthetic"});
+  require_one_of("data.source", c.data.source, {"fashion-mnist", "synthetic", "hdf5"});
   require_ini_text("data.root", c.data.root);
+  require_ini_text("data.path", c.data.path);
+  require(c.data.source != "hdf5" || !c.data.path.empty(), "data.path", "set to the HDF5 data file when data.source = hdf5",
+          "empty");
   require_int("data.train_size", c.data.train_size, c.data.train_size >= 0, ">= 0 (0 = all)");
   require_int("data.test_size", c.data.test_size, c.data.test_size >= 0, ">= 0 (0 = all)");
   // Sample indices are one 32-bit word of the keyed streams.

@@ -23,8 +23,9 @@ struct RunSection {
 };
 
 struct DataSection {
-  std::string source = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string source = "fashion-mnist";  // fashion-mnist | synthetic | hdf5
   std::string root = "/usr/share/datasets/fashion-mnist";
+  std::string path;             // hdf5: the data file (data/h5_dataset.hpp)
   std::int64_t train_size = 0;  // 0 = the whole training split; else its first N samples
   std::int64_t test_size = 0;   // 0 = the whole test split
   bool augment = false;         // random horizontal flip + shift by up to 2 pixels (images only)

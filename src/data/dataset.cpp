@@ -1,8 +1,8 @@
 // Dataset loading: the IDX/gzip reader with its integrity checks, the per-pixel standardisation of
 // Fashion-MNIST, the synthetic teacher data and the per-sample augmentation.
 //
-// Deliberately not here: HDF5 input, label noise or class subsetting, and anything rank-dependent:
-// every rank loads the same full splits and the sampler chooses rows.
+// Deliberately not here: HDF5 input (h5_dataset.cpp), label noise or class subsetting, and anything
+// rank-dependent: every rank loads the same full splits and the sampler chooses rows.
 #include "data/dataset.hpp"
 
 #include <zlib.h>
@@ -12,10 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <utility>
 
+#include "data/h5_dataset.hpp"
+#include "data/raw_images.hpp"
 #include "numerics/philox.hpp"
 
 namespace divsim {
@@ -28,19 +29,13 @@ namespace {
 constexpr std::uint32_t kIdxImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
 constexpr std::uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
 constexpr std::int64_t kIdxClasses = 10;               // (Fashion-)MNIST labels are 0..9
-constexpr double kStdFloor = 1e-3;
 constexpr int kShift = 2;  // augmentation shifts by up to this many pixels each way
 
 // Owns a zlib read handle. gzread also reads uncompressed files transparently.
 class GzReader {
  public:
   explicit GzReader(std::string path) : path_(std::move(path)) {
-    // gzopen would block forever on a FIFO and read a folder as an empty stream: only regular files.
-    std::error_code ec;
-    const auto status = std::filesystem::status(path_, ec);
-    if (status.type() != std::filesystem::file_type::not_found && !ec && !std::filesystem::is_regular_file(status))
-      throw DataError(path_, std::filesystem::is_directory(status) ? "cannot open: is a folder, not a file"
-                                                                   : "cannot open: not a regular file (a pipe, device or socket)");
+    require_regular_file(path_);  // gzopen would block on a FIFO and read a folder as an empty stream
     errno = 0;  // gzopen reports through errno; a stale value would name the wrong cause
     file_ = gzopen(path_.c_str(), "rb");
     if (file_ == nullptr) {
@@ -105,15 +100,6 @@ class GzReader {
   gzFile file_ = nullptr;
 };
 
-// The raw IDX content: one byte per pixel, one per label. Normalisation needs the bytes themselves
-// (its statistics are exact integer sums of them).
-struct RawImages {
-  std::int64_t n = 0;
-  int height = 0, width = 0;
-  std::vector<std::uint8_t> pixels;  // n * height * width
-  std::vector<std::int32_t> labels;  // n
-};
-
 void expect_magic(GzReader& f, const std::string& path, std::uint32_t expected, const char* what) {
   const std::uint32_t magic = f.read_be32("header");
   if (magic == expected) return;
@@ -164,72 +150,6 @@ RawImages read_idx_raw(const std::string& images_path, const std::string& labels
     }
   }
   return raw;
-}
-
-// Keeps the first n samples (n = 0: all). `key` names the setting for the error message.
-void truncate_raw(RawImages& raw, std::int64_t n, const char* key, const std::string& file) {
-  if (n < 0) throw std::invalid_argument(std::string(key) + " = " + std::to_string(n) + " must be >= 0");
-  if (n == 0) return;
-  if (n > raw.n) {
-    throw DataError(file, std::string(key) + " = " + std::to_string(n) + " exceeds the " +
-                              std::to_string(raw.n) + " samples in this file");
-  }
-  raw.n = n;
-  raw.pixels.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(raw.height * raw.width));
-  raw.labels.resize(static_cast<std::size_t>(n));
-}
-
-// Per-pixel statistics of the training split, exactly as the PyTorch replay computes them:
-//   with b the raw byte, n the number of (used) training samples, for each pixel p:
-//   S1 = sum b, S2 = sum b^2                                        (exact integers)
-//   mean_p = double(S1) / (255.0 * n)
-//   var_p  = double(n * S2 - S1 * S1) / (double(n) * double(n) * 65025.0)    (population variance)
-//   std_p  = max(sqrt(var_p), 1e-3)         (the floor keeps near-constant border pixels finite)
-//   x      = float32((b / 255.0 - mean_p) / std_p)    every operation in double, one final rounding
-// The test split uses the training mean_p and std_p. Integer sums make the statistics independent of
-// summation order, so numpy reproduces every float bit for bit.
-struct PixelStats {
-  std::vector<double> mean, std;
-};
-
-PixelStats pixel_stats(const RawImages& train) {
-  const auto dim = static_cast<std::size_t>(train.height * train.width);
-  std::vector<std::int64_t> s1(dim, 0), s2(dim, 0);
-  for (std::int64_t i = 0; i < train.n; ++i) {
-    const std::uint8_t* px = train.pixels.data() + static_cast<std::size_t>(i) * dim;
-    for (std::size_t p = 0; p < dim; ++p) {
-      s1[p] += px[p];
-      s2[p] += std::int64_t{px[p]} * px[p];
-    }
-  }
-  PixelStats st{std::vector<double>(dim), std::vector<double>(dim)};
-  const auto n = static_cast<double>(train.n);
-  for (std::size_t p = 0; p < dim; ++p) {
-    st.mean[p] = static_cast<double>(s1[p]) / (255.0 * n);
-    const double var = static_cast<double>(train.n * s2[p] - s1[p] * s1[p]) / (n * n * 65025.0);
-    st.std[p] = std::max(std::sqrt(var), kStdFloor);
-  }
-  return st;
-}
-
-Dataset standardise(const RawImages& raw, const PixelStats& st) {
-  Dataset ds;
-  ds.n = raw.n;
-  ds.height = raw.height;
-  ds.width = raw.width;
-  ds.dim = std::int64_t{raw.height} * raw.width;
-  ds.classes = kIdxClasses;
-  const auto dim = static_cast<std::size_t>(ds.dim);
-  ds.x.resize(raw.pixels.size());
-  for (std::size_t i = 0; i < ds.x.size(); ++i) {
-    const std::size_t p = i % dim;
-    ds.x[i] = static_cast<float>((raw.pixels[i] / 255.0 - st.mean[p]) / st.std[p]);
-  }
-  ds.y = raw.labels;
-  ds.background.resize(dim);
-  for (std::size_t p = 0; p < dim; ++p)
-    ds.background[p] = static_cast<float>(-st.mean[p] / st.std[p]);  // b = 0
-  return ds;
 }
 
 DataSplits load_fashion_mnist(const DataSection& cfg) {
@@ -358,7 +278,8 @@ Dataset read_idx_pair(const std::string& images_gz, const std::string& labels_gz
 DataSplits load_data(const DataSection& cfg, std::uint64_t seed) {
   if (cfg.source == "fashion-mnist") return load_fashion_mnist(cfg);
   if (cfg.source == "synthetic") return load_synthetic(cfg, seed);  // data.augment is refused once loaded
-  throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic");
+  if (cfg.source == "hdf5") return read_h5_splits(cfg.path, cfg.train_size, cfg.test_size);
+  throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic, hdf5");
 }
 
 void augment_image(const float* in, float* out, const Dataset& ds, std::uint64_t seed, std::int64_t step,

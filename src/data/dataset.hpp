@@ -39,7 +39,7 @@ struct DataSplits {
   std::string description;  // e.g. "fashion-mnist 60000/10000 (784 features, 10 classes)"
 };
 
-// Loads cfg.source ("fashion-mnist" | "synthetic"), cut to cfg.train_size / cfg.test_size, normalised.
+// Loads cfg.source ("fashion-mnist" | "synthetic" | "hdf5"), cut to cfg.train_size / cfg.test_size, normalised.
 // `seed` keys the synthetic data (Stream::synthetic). Throws DataError for file problems and
 // std::invalid_argument for settings that cannot work (naming the data.* key).
 DataSplits load_data(const DataSection& cfg, std::uint64_t seed);

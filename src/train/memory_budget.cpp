@@ -62,7 +62,7 @@ MemoryBudget memory_budget(int processes_on_node) {
 
 void require_fits(std::uint64_t needed, const MemoryBudget& budget, const std::string& key, const std::string& what) {
   if (needed <= budget.bytes) return;
-  throw ConfigError(key, what + " need at least " + gib(needed) + " per process, more than the " + gib(budget.bytes) +
+  throw ConfigError(key, what + " would take at least " + gib(needed) + " per process, more than the " + gib(budget.bytes) +
                              " it can have (" + budget.source + ")");
 }
 

@@ -18,6 +18,7 @@
 #include "comm/reducer.hpp"
 #include "config/options.hpp"
 #include "data/dataset.hpp"
+#include "data/h5_dataset.hpp"
 #include "data/sampler.hpp"
 #include "model/mlp.hpp"
 #include "numerics/simd.hpp"
@@ -189,8 +190,12 @@ int exit_code_for(const std::exception_ptr& e) {
 }
 
 
-// The synthetic sets are sized by the configuration: refuse before allocating what cannot fit.
+// The synthetic sets are sized by the configuration and an HDF5 file's by its shapes: refuse before
+// allocating what cannot fit.
 DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
+  if (cfg.data.source == "hdf5")
+    require_fits(h5_splits_bytes(cfg.data.path, cfg.data.train_size, cfg.data.test_size), budget, "data.path",
+                 "the data set in " + cfg.data.path + " (as float32)");
   if (cfg.data.source == "synthetic") {
     const auto samples = static_cast<std::uint64_t>(cfg.data.synthetic_train + cfg.data.synthetic_test);
     const auto floats = static_cast<std::uint64_t>(cfg.data.synthetic_features) + 1;  // features, label
@@ -289,7 +294,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   const ReduceMode mode = parse_reduce_mode(cfg_.dist.reduce);
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
-    throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist)");
+    throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
   if (cfg_.model.batchnorm && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
     throw ConfigError("model.batchnorm", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
                                          "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +

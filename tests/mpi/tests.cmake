@@ -25,6 +25,7 @@ divsim_mpi_test(NAME mpi.reproducible.n2 LABELS mpi SCRIPT test_engine.py ARGS r
 divsim_mpi_test(NAME mpi.reproducible_bn_dropout.n4 LABELS mpi SCRIPT test_engine.py ARGS reproducible --ranks 4 --bn-dropout)
 divsim_mpi_test(NAME mpi.bad_input LABELS mpi SCRIPT test_engine.py ARGS bad-input --ranks 2)
 divsim_mpi_test(NAME mpi.print_config_roundtrip LABELS mpi SCRIPT test_engine.py ARGS print-config --ranks 2)
+divsim_mpi_test(NAME mpi.hdf5_source.n2 LABELS mpi SCRIPT test_engine.py ARGS hdf5-source --ranks 2)
 divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engine.py ARGS default-accuracy --ranks 4
                 TIMEOUT 900)
 

@@ -29,6 +29,8 @@ SYNTH = ["--data.source=synthetic", "--data.synthetic_train=512", "--data.synthe
          "--data.synthetic_features=16", "--model.hidden=8", "--train.steps=2", "--record.layers_every=0"]
 IDX = ["--data.source=fashion-mnist", "--data.root=data", "--model.hidden=8", "--train.steps=2",
        "--batch.global=24", "--record.layers_every=0"]
+H5 = ["--data.source=hdf5", "--data.path=data.h5", "--model.hidden=8", "--train.steps=2", "--batch.global=24",
+      "--record.layers_every=0"]
 LONG = "a" * 5000
 
 
@@ -77,6 +79,47 @@ def data_with_dir_as(name):
     return setup
 
 
+def h5data(edit=None):
+    """data.h5: a valid data file (48 / 16 samples of 6x6 bytes, labels 0..2), then edit(file) breaks it."""
+    def setup(d):
+        import h5py
+        import numpy as np
+        rng = np.random.default_rng(0)
+        with h5py.File(os.path.join(d, "data.h5"), "w") as f:
+            for split, n in (("train", 48), ("test", 16)):
+                f[f"{split}/x"] = rng.integers(0, 256, (n, 6, 6), dtype=np.uint8)
+                f[f"{split}/y"] = np.arange(n) % 3
+            if edit:
+                edit(f, np)
+    return setup
+
+
+def h5replace(name, make):
+    """h5data with dataset `name` replaced by make(np) (a numpy array)."""
+    def edit(f, np):
+        del f[name]
+        f[name] = make(np)
+    return h5data(edit)
+
+
+def h5truncated(d):
+    h5data()(d)
+    path = os.path.join(d, "data.h5")
+    with open(path, "r+b") as fh:
+        fh.truncate(os.path.getsize(path) // 2)
+
+
+def h5declared(samples):
+    """Training shapes that claim `samples` samples of 1024 bytes, with no data written (chunks never
+    allocated: the file stays small)."""
+    def edit(f, np):
+        for name in ("train/x", "train/y"):
+            del f[name]
+        f.create_dataset("train/x", shape=(samples, 1024), dtype=np.uint8, chunks=(64, 1024))
+        f.create_dataset("train/y", shape=(samples,), dtype=np.int64, chunks=(4096,))
+    return h5data(edit)
+
+
 def readonly_folder(d):
     os.makedirs(os.path.join(d, "ro"))
     os.chmod(os.path.join(d, "ro"), stat.S_IRUSR | stat.S_IXUSR)
@@ -88,6 +131,7 @@ TI, TL, EI, EL = idx.TRAIN_IMAGES, idx.TRAIN_LABELS, idx.TEST_IMAGES, idx.TEST_L
 CASES = [
     # --- unknown sections and keys
     Case("unknown key", ["--no.such=1"], ["no.such"]),
+    Case("option without a name", ["--="], ["command line"]),
     Case("misspelt key", ["--optim.lrr=0.1"], ["optim.lrr", "optim.lr"]),
     Case("key prefix is not a key", ["--optim.l=0.1"], ["optim.l"]),
     Case("section without key", ["--optim=1"], ["optim"]),
@@ -223,6 +267,57 @@ CASES = [
     Case("folder instead of an image file", [], [TI], base=IDX, setup=data_with_dir_as(TI)),
     Case("pipe instead of a label file", [], [TL], base=IDX, timeout=15,
          setup=lambda d: (data({TL: None})(d), os.mkfifo(os.path.join(d, "data", TL)))),
+    # --- HDF5 data files (data.source=hdf5)
+    Case("hdf5 source without data.path", ["--data.path="], ["data.path"], base=H5),
+    Case("missing hdf5 file", ["--data.path=nothing.h5"], ["nothing.h5", "no such file"], base=H5),
+    Case("text file instead of hdf5", [], ["data.h5", "not an HDF5 file"], base=H5, setup=touch("data.h5")),
+    Case("hdf5 data path is a folder", [], ["data.h5", "folder"], base=H5, setup=mkdir("data.h5")),
+    Case("hdf5 data path is a pipe", [], ["data.h5", "not a regular file"], base=H5, setup=fifo("data.h5"),
+         timeout=15),
+    Case("truncated hdf5 file", [], ["data.h5"], base=H5, setup=h5truncated),
+    Case("hdf5 without test labels", [], ["data.h5", "/test/y"], base=H5,
+         setup=h5data(lambda f, np: f.__delitem__("test/y"))),
+    Case("hdf5 samples are a group", [], ["/train/x", "not a dataset"], base=H5,
+         setup=h5data(lambda f, np: (f.__delitem__("train/x"), f.create_group("train/x")))),
+    Case("hdf5 samples with 4 dimensions", [], ["/train/x", "dimensions"], base=H5,
+         setup=h5replace("train/x", lambda np: np.zeros((48, 2, 3, 6), np.uint8))),
+    Case("hdf5 scalar samples", [], ["/train/x", "scalar"], base=H5,
+         setup=h5replace("train/x", lambda np: np.uint8(3))),
+    Case("hdf5 without samples", [], ["/train/x", "no samples"], base=H5,
+         setup=h5replace("train/x", lambda np: np.zeros((0, 6, 6), np.uint8))),
+    Case("hdf5 string samples", [], ["/train/x", "strings"], base=H5,
+         setup=h5replace("train/x", lambda np: np.array([[b"ab"] * 6] * 48))),
+    Case("hdf5 int32 pixels", [], ["/train/x", "uint8"], base=H5,
+         setup=h5replace("train/x", lambda np: np.zeros((48, 6, 6), np.int32))),
+    Case("hdf5 fewer labels than samples", [], ["/train/y", "47 labels"], base=H5,
+         setup=h5replace("train/y", lambda np: np.arange(47) % 3)),
+    Case("hdf5 labels of 2 dimensions", [], ["/train/y", "one label per sample"], base=H5,
+         setup=h5replace("train/y", lambda np: np.zeros((48, 1), np.int64))),
+    Case("hdf5 float labels", [], ["/train/y", "integer labels"], base=H5,
+         setup=h5replace("train/y", lambda np: np.zeros(48))),
+    Case("hdf5 negative label", [], ["/test/y", "-1"], base=H5,
+         setup=h5replace("test/y", lambda np: np.where(np.arange(16) == 5, -1, np.arange(16) % 3))),
+    Case("hdf5 labels all zero", [], ["data.h5", "at least 2 classes"], base=H5,
+         setup=h5data(lambda f, np: [f[n].__setitem__(slice(None), 0) for n in ("train/y", "test/y")])),
+    Case("hdf5 label beyond the classes attribute", [], ["/train/y", "classes"], base=H5,
+         setup=h5data(lambda f, np: f["train/y"].attrs.__setitem__("classes", 2))),
+    Case("hdf5 classes attribute not an integer", [], ["/train/y", "classes"], base=H5,
+         setup=h5data(lambda f, np: f["train/y"].attrs.__setitem__("classes", "three"))),
+    Case("hdf5 test samples of another shape", [], ["/test/x", "one shape"], base=H5,
+         setup=h5replace("test/x", lambda np: np.zeros((16, 5, 5), np.uint8))),
+    Case("hdf5 bytes for training, floats for test", [], ["/test/x", "both"], base=H5,
+         setup=h5replace("test/x", lambda np: np.zeros((16, 6, 6), np.float32))),
+    Case("hdf5 NaN feature", [], ["/train/x", "not finite"], base=H5,
+         setup=h5data(lambda f, np: [f.__delitem__(n) or f.__setitem__(n, v) for n, v in
+                                     (("train/x", np.where(np.arange(48 * 36).reshape(48, 36) == 100, np.nan, 1.0)),
+                                      ("test/x", np.ones((16, 36))))])),
+    Case("hdf5 train size beyond the samples", ["--data.train_size=100"], ["data.train_size", "48 samples"], base=H5,
+         setup=h5data()),
+    Case("augmentation of flat hdf5 features", ["--data.augment=true"], ["data.augment"], base=H5,
+         setup=h5data(lambda f, np: [f.__delitem__(n) or f.__setitem__(n, np.zeros((k, 36), np.uint8)) for n, k in
+                                     (("train/x", 48), ("test/x", 16))])),
+    Case("hdf5 shapes beyond memory", [], ["data.path", "data.h5", "GiB per process"], base=H5, setup=h5declared(2 ** 26)),
+    Case("hdf5 implausible shapes", [], ["/train/x", "implausibly many"], base=H5, setup=h5declared(2 ** 31)),
     # --- configuration files
     Case("config file is a folder", ["--config=cfgdir"], ["cfgdir", "directory"], setup=mkdir("cfgdir")),
     Case("missing config file", ["--config=missing.ini"], ["missing.ini"]),

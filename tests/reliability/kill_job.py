@@ -6,9 +6,10 @@ Each trial runs a job that flushes often (so that many kills land inside an HDF5
 everything (per-layer statistics, samples, evaluations, fault events, initial parameters). After the
 kill:
   * the .partial is opened with h5py; whether it opens is counted (HDF5 alone does not guarantee it);
-  * divsim-recover rebuilds the trajectory from the journal (replacing the .partial); the recovered
-    file must open, every step-axis dataset must hold the same steps 0..n-1 with n a multiple of
-    record.flush_every, and n must be at least what the .partial held whenever the .partial opened;
+  * divsim-recover (or `divsim recover`, every other trial) rebuilds the trajectory from the journal
+    (replacing the .partial); the recovered file must open, every step-axis dataset must hold the same
+    steps 0..n-1 with n a multiple of record.flush_every, and n must be at least what the .partial held
+    whenever the .partial opened;
   * every value must equal, bit for bit, an uninterrupted reference run of the same configuration
     (run afterwards, as long as the longest trial): steps, losses, hashes, layer statistics, samples,
     evaluations, events, /faults, /init, and the root attributes.
@@ -103,7 +104,9 @@ def trial(args, i, rng, flush_every):
         partial_n, _, _ = consistent_rows(out + ".partial", flush_every)
     except (OSError, AssertionError, KeyError) as e:
         partial_error = str(e).splitlines()[0][:120]
-    rec = subprocess.run([args.recover, out], capture_output=True, text=True)
+    # Both spellings of the tool, in turn: `divsim recover` and the standalone divsim-recover.
+    recover = [args.divsim, "recover"] if i % 2 else [args.recover]
+    rec = subprocess.run([*recover, out], capture_output=True, text=True)
     if rec.returncode != 0:
         return {"trial": i, "recovered": None, "partial": partial_n, "why": rec.stderr.strip()}
     n, data, attrs = consistent_rows(out + ".partial", flush_every)
