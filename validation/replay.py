@@ -18,11 +18,12 @@ when the run cannot be replayed):
   OK                   divsim and torch float32 agree within the bound.
   OK (float32-limited) they do not, but the difference is float32 rounding amplified by training, not
                        a different computation, because either
-                       (a) the first departure is a branch flip: the local gradient norms part by more
-                       than the bound while the losses still agree within 1e-6 (the forward passes
-                       match), and between the step where the gradient norms left float32 noise (1e-6)
-                       and that step a ReLU input lay within 1e-6 x its layer's RMS of 0, so one
-                       program's rounding took the other side of the kink; or
+                       (a) the first departure is a branch flip: everything agrees at step 0, then the
+                       local gradient norms leave float32 noise (1e-6) at a step where the losses still
+                       agree within 1e-6 (the forward passes match, so the departure is born in a
+                       backward pass), and within two steps of it a ReLU input lay within 1e-6 x its
+                       layer's RMS of 0, so one program's rounding took the other side of the kink
+                       (where ReLU's derivative jumps from 0 to 1); or
                        (b) torch's own float32 replay (as is, or with each micro-batch's rows in another
                        order: the same sums, rounded differently) leaves a float64 replay by more than
                        the bound at a step H inside the window, so no float32 program can meet the bound
@@ -272,22 +273,24 @@ def compare(ref, rep, bound_steps):
     return result
 
 
-def branch_flip(ref, rep, bound):
+def branch_flip(ref, rep):
     """The first departure of rep from ref if it is a backward branch flip (see the module comment):
-    {"step", "jump_step", "relu_margin"}, else None."""
+    {"step", "grad_step", "relu_margin"}, else None."""
     g = rel_diff(ref["grad_norm_local"], rep["grad_norm_local"])
     if not np.isfinite(g).any():
         return None
     g = np.nanmax(g, axis=1)
-    jump = first_above(g, bound)  # the local gradients clearly part here ...
-    if jump is None or jump == 0 or loss_profile(ref, rep)[:jump + 1].max() > NOISE:  # ... the losses not yet
+    onset = first_above(g, NOISE)  # the local gradients leave float32 noise here ...
+    losses = loss_profile(ref, rep)
+    if onset is None or onset == 0 or losses[:onset + 1].max() > NOISE:  # ... the forward passes still agree
         return None
-    start = first_above(g, NOISE)  # the tie is where they first left float32 noise, or up to the jump
-    margins = rep["relu_margin"][start:jump + 1]
+    agree = first_above(losses, NOISE)  # the window: two steps either side, while the losses agree
+    lo, hi = max(1, onset - 2), min(onset + 2, len(losses) - 1 if agree is None else agree - 1)
+    margins = rep["relu_margin"][lo:hi + 1]
     tie = int(np.argmin(margins))
     if margins[tie] > TIE_MARGIN:
         return None
-    return {"step": start + tie, "jump_step": jump, "relu_margin": float(margins[tie])}
+    return {"step": lo + tie, "grad_step": onset, "relu_margin": float(margins[tie])}
 
 
 def assess(path, steps=None, bound=1e-5, bound_steps=100, with_reference=False):
@@ -299,7 +302,7 @@ def assess(path, steps=None, bound=1e-5, bound_steps=100, with_reference=False):
     k = result["bound_steps"]
     result["bound"] = bound
     result["first_step_above_bound"] = first_above(loss_profile(ref, t32), bound)
-    result["branch_flip"] = branch_flip(ref, t32, bound)
+    result["branch_flip"] = branch_flip(ref, t32)
     strict_ok = result["loss"]["first"] <= bound
     if (strict_ok or result["branch_flip"]) and not with_reference:
         result["verdict"] = "OK" if strict_ok else "OK (float32-limited)"
@@ -350,7 +353,7 @@ def report_lines(result):
     if result["branch_flip"]:
         f = result["branch_flip"]
         lines.append(f"  branch flip: a ReLU input within {f['relu_margin']:.1e} x RMS of 0 at step {f['step']}; "
-                     f"local gradient norms part by > {bound:g} at step {f['jump_step']} while the losses agree")
+                     f"local gradient norms leave float32 noise ({NOISE:g}) at step {f['grad_step']} while the losses agree")
     lines.append(f"  loss bound {bound:g} over the first {k} steps: {result['verdict']}"
                  + (f" (first exceeded at step {result['first_step_above_bound']})" if result["verdict"] != "OK" else ""))
     return lines

@@ -45,6 +45,26 @@ CASES = {
                             "--batch.global=128"]),
 }
 
+# Configurations outside the matrix, other widths, depths, learning rates, batch sizes, world sizes and step
+# counts, chosen before their results were seen (the report's "outside the case matrix" table):
+# name: (MPI processes, divsim options including --train.steps).
+UNSEEN = {
+    "wide_high_lr": (1, ["--model.hidden=512,256", "--optim.lr=0.1", "--batch.global=128", "--train.steps=150"]),
+    "narrow_w2": (2, ["--model.hidden=96", "--optim.lr=0.03", "--batch.global=96", "--train.steps=120"]),
+    "deep_warmup_w4": (4, ["--model.hidden=200,100,50", "--optim.lr=0.05", "--batch.global=256", "--train.steps=100",
+                           "--schedule.warmup_steps=10"]),
+    "very_wide_lr0.2": (1, ["--model.hidden=1024", "--optim.lr=0.2", "--batch.global=64", "--train.steps=100"]),
+    "adamw_w2": (2, ["--model.hidden=300", "--optim.type=adamw", "--optim.lr=0.003", "--batch.global=200",
+                     "--train.steps=130"]),
+    "bn_small_batch": (1, ["--model.hidden=128,128", "--model.batchnorm=true", "--optim.lr=0.1", "--batch.global=50",
+                           "--train.steps=200"]),
+    "plain_sgd_lr0.5_w2": (2, ["--model.hidden=64,32", "--optim.lr=0.5", "--batch.global=32", "--train.steps=100",
+                               "--optim.momentum=0"]),
+    "accum4_smoothing_w4": (4, ["--optim.lr=0.05", "--train.steps=100", "--batch.accum_steps=4",
+                                "--loss.label_smoothing=0.05"]),
+    "default_model": (1, ["--train.steps=100"]),
+}
+
 # name: (case whose run is reused, section, key, value the replay is told instead)
 CONTROLS = {
     "momentum_0.88": ("sgd_constant", "optim", "momentum", "0.88"),
@@ -82,6 +102,17 @@ def run_cases(divsim, names, steps, reference=False):
         ranks, args = CASES[name]
         path = divsim.run(name, [*args, f"--train.steps={steps}", "--train.eval_every=50", *RECORD_ARGS], ranks=ranks)
         results[name] = assess(path, with_reference=reference)
+        results[name]["ranks"], results[name]["args"] = ranks, args
+    return results
+
+
+def run_unseen(divsim, names):
+    """{name: assess() result} for the named UNSEEN configurations (each at its own step count)."""
+    results = {}
+    for name in names:
+        ranks, args = UNSEEN[name]
+        path = divsim.run("unseen-" + name, [*args, *RECORD_ARGS], ranks=ranks)
+        results[name] = assess(path)
         results[name]["ranks"], results[name]["args"] = ranks, args
     return results
 

@@ -42,3 +42,9 @@ divsim_validation_test(NAME validation.replay.refuses_dropout LABELS validation 
 divsim_validation_test(NAME validation.ddp.w2 LABELS "validation;slow" SCRIPT ddp_peer.py ARGS --world 2 TIMEOUT 1800)
 divsim_validation_test(NAME validation.ddp.w4 LABELS "validation;slow" SCRIPT ddp_peer.py ARGS --world 4 TIMEOUT 1800)
 divsim_validation_test(NAME validation.seed_claims LABELS "validation;slow" SCRIPT seed_claims.py TIMEOUT 1800)
+
+# The branch-flip rule of the replay's verdict, on per-step profiles (no binary needed).
+add_test(NAME validation.branch_flip_rule
+         COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR}/test_branch_flip.py)
+set_tests_properties(validation.branch_flip_rule PROPERTIES LABELS "validation;python" TIMEOUT 120
+                     ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
