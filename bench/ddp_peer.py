@@ -197,17 +197,23 @@ def run_ddp(cfg, world, steps=None):
 
 
 def blas_gflops(n=1024, seconds=1.0):
-    """Single-thread float32 matmul rate of the BLAS torch is linked to (in this process: call it only
-    where torch runs on one thread, as after importing this module). Reference (netlib) BLAS gives a few
-    GFLOP/s, OpenBLAS on AVX-512 over a hundred."""
-    torch.set_num_threads(1)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    calls, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        torch.mm(a, b)
-        calls += 1
-    return 2.0 * n ** 3 * calls / (time.perf_counter() - t0) * 1e-9
+    """Single-thread float32 matmul rate of the BLAS torch is linked to. Measured in a fresh interpreter
+    whose BLAS starts with one thread: in a process where numpy loaded OpenBLAS before this module set
+    OPENBLAS_NUM_THREADS, torch.set_num_threads(1) does not reach OpenBLAS's own threads (this once
+    reported twice the single-core rate). Reference (netlib) BLAS gives a few GFLOP/s, OpenBLAS on
+    AVX-512 over a hundred."""
+    code = ("import time, torch\n"
+            "torch.set_num_threads(1)\n"
+            f"a, b = torch.randn({n}, {n}), torch.randn({n}, {n})\n"
+            "torch.mm(a, b)\n"
+            "calls, t0 = 0, time.perf_counter()\n"
+            f"while time.perf_counter() - t0 < {seconds}:\n"
+            "    torch.mm(a, b)\n"
+            "    calls += 1\n"
+            f"print(2.0 * {n} ** 3 * calls / (time.perf_counter() - t0) * 1e-9)\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
 
 
 def main():
