@@ -52,12 +52,22 @@ def run_divsim(a, procs, args, out, rss=False, timeout=3600):
     """`mpiexec -n procs divsim --quiet ARGS` writing `out`. Returns {rate: steps/s of the step loop as
     divsim reports it, wall: seconds of the whole command (start-up included), rss_mb: peak RSS of each
     process (with rss=True)}."""
-    prefix = ["/usr/bin/time", "-f", "divsim-peak-rss-kb %M"] if rss else []
+    # Each process's /usr/bin/time appends its one line to a file of its own call (O_APPEND: one write
+    # per process); on the shared stderr, unbuffered, the processes' lines came out interleaved.
+    rss_file = out + ".rss"
+    if rss and os.path.exists(rss_file):
+        os.remove(rss_file)
+    prefix = ["/usr/bin/time", "-a", "-o", rss_file, "-f", "divsim-peak-rss-kb %M"] if rss else []
     cmd = [a.mpiexec, "-n", str(procs), *prefix, check_divsim(a.divsim), "--quiet", "--run.overwrite=true",
            f"--run.out={out}", *args]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
+    rss_text = ""
+    if rss and os.path.exists(rss_file):
+        with open(rss_file) as fh:
+            rss_text = fh.read()
+        os.remove(rss_file)
     if p.returncode != 0:
         raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr.strip()}")
     m = RATE.search(p.stdout)
@@ -65,9 +75,9 @@ def run_divsim(a, procs, args, out, rss=False, timeout=3600):
         raise BenchError(f"no 'steps/s' in divsim's summary line: {p.stdout.strip()!r}")
     result = {"rate": float(m.group(1)), "wall": wall}
     if rss:
-        result["rss_mb"] = [int(k) / 1024.0 for k in RSS.findall(p.stderr)]
+        result["rss_mb"] = [int(k) / 1024.0 for k in RSS.findall(rss_text)]
         if len(result["rss_mb"]) != procs:
-            raise BenchError(f"expected {procs} peak-RSS lines from /usr/bin/time, got: {p.stderr.strip()!r}")
+            raise BenchError(f"expected {procs} peak-RSS lines from /usr/bin/time, got: {rss_text.strip()!r}")
     return result
 
 

@@ -86,16 +86,7 @@ const float* StepEngine::layer_input(const Replica& r, std::size_t l) const {
 
 void StepEngine::gather_inputs(Replica& r, std::int64_t step) const {
   const std::int64_t d = data_.dim;
-  // The rows are scattered over the whole training set (188 MB for Fashion-MNIST): without asking for
-  // the next rows early, every row's first lines wait for memory.
-  constexpr std::size_t kAhead = 4, kLine = 64 / sizeof(float);
-  auto prefetch_row = [&](std::size_t i) {
-    const float* row = data_.row(r.samples[i]);
-    for (std::int64_t k = 0; k < d; k += kLine) __builtin_prefetch(row + k);
-  };
-  for (std::size_t i = 0; i < std::min(kAhead, r.samples.size()); ++i) prefetch_row(i);
   for (std::size_t i = 0; i < r.samples.size(); ++i) {
-    if (i + kAhead < r.samples.size()) prefetch_row(i + kAhead);
     const std::int64_t s = r.samples[i];
     float* dst = r.input.data() + sz(static_cast<std::int64_t>(i) * d);
     if (s_.augment)
