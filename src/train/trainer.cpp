@@ -956,8 +956,9 @@ RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   int process = 0;
   MPI_Comm_rank(comm, &process);
   Watchdog watchdog(cfg.dist.timeout_s, process);
-  const int processes_on_node = processes_sharing_memory(comm);
-  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, processes_on_node); });
+  const NodeShare share = node_share(comm);
+  set_waiting(share.processes > share.cpus ? Waiting::sleep : Waiting::yield);
+  collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, share.processes); });
   watchdog.progress(-1);
   std::unique_ptr<TrajectoryWriter> writer;
   collectively(comm, [&] { writer = run->open_output(); });

@@ -20,6 +20,10 @@ def schema(args):
         expect(f.attrs["schema_version"] == 1 and f.attrs["world_size"] == w, "root attributes")
         for key in ["divsim_version", "git_sha", "created", "config", "env"]:
             expect(key in f.attrs, f"root attribute {key}")
+        # Collectives wait by polling with a core per process and sleep when processes share cores.
+        cpus = len(os.sched_getaffinity(0))
+        node = f"node={w} processes on {cpus} cpus, waits {'sleep' if w > cpus else 'yield'}"
+        expect(node in f.attrs["env"].splitlines(), f"env records {node!r}: {f.attrs['env']!r}")
         S, L, B = 40, 5, 128 // w
         shapes = {"train/step": (S,), "train/global_loss": (S,), "train/loss": (S, w), "train/grad_norm_local": (S, w),
                   "train/grad_norm": (S, w), "train/param_norm": (S, w), "train/param_hash": (S, w),
