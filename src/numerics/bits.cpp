@@ -12,17 +12,22 @@ namespace divsim {
 
 DIVSIM_WIDE_VECTORS std::uint64_t hash_bits(std::span<const float> values, std::uint64_t h) {
   constexpr std::uint64_t kPrime = 0x100000001b3ull;
-  // Element i feeds lane i % kLanes: independent chains the compiler vectorises. A 64-bit vector
-  // multiply has a latency of about ten times its issue cost, so 64 lanes (eight vectors of eight) keep
-  // the multiplier busy; with 8 lanes (one vector, one chain) the hash cost as much as the SGD step.
+  // Two floats make one 64-bit word (the first in the low half), and word j feeds lane j % kLanes:
+  // independent chains the compiler vectorises. A 64-bit vector multiply has a latency of about ten
+  // times its issue cost, so 64 lanes (eight vectors of eight) keep the multiplier busy; with 8 lanes
+  // (one vector, one chain) the hash cost as much as the SGD step, and a word per float twice this.
   constexpr std::size_t kLanes = 64;
   std::uint64_t lane[kLanes];
   for (std::size_t k = 0; k < kLanes; ++k) lane[k] = h;
-  const std::size_t body = values.size() - values.size() % kLanes;
-  for (std::size_t i = 0; i < body; i += kLanes)
-    for (std::size_t k = 0; k < kLanes; ++k) lane[k] = (lane[k] ^ std::bit_cast<std::uint32_t>(values[i + k])) * kPrime;
-  for (std::size_t i = body; i < values.size(); ++i)
-    lane[i - body] = (lane[i - body] ^ std::bit_cast<std::uint32_t>(values[i])) * kPrime;
+  const float* v = values.data();
+  auto word = [v](std::size_t j) {
+    return std::uint64_t{std::bit_cast<std::uint32_t>(v[2 * j])} | std::uint64_t{std::bit_cast<std::uint32_t>(v[2 * j + 1])} << 32;
+  };
+  const std::size_t words = values.size() / 2, body = words - words % kLanes;
+  for (std::size_t j = 0; j < body; j += kLanes)
+    for (std::size_t k = 0; k < kLanes; ++k) lane[k] = (lane[k] ^ word(j + k)) * kPrime;
+  for (std::size_t j = body; j < words; ++j) lane[j - body] = (lane[j - body] ^ word(j)) * kPrime;
+  if (values.size() % 2 != 0) lane[words - body] = (lane[words - body] ^ std::bit_cast<std::uint32_t>(values.back())) * kPrime;
   for (std::size_t k = 1; k < kLanes; ++k) lane[0] = (lane[0] ^ lane[k]) * kPrime;
   h = lane[0];
   h ^= h >> 30;

@@ -100,9 +100,10 @@ TEST(HashBits, EqualIffBitsEqual) {
 }
 
 TEST(HashBits, EveryPositionAndOrderCounts) {
-  // 150 floats: two rounds of the 64 lanes plus a tail. A one-bit change anywhere, and swapping two
-  // neighbours (different lanes) or two floats 64 apart (same lane), each change the hash.
-  std::vector<float> a(150);
+  // 301 floats: two rounds of the 64 lanes of two-float words, a tail and an odd last float. A one-bit
+  // change anywhere, and swapping two neighbours (one word), two floats a word apart (neighbouring
+  // lanes) or 128 apart (same lane), each change the hash.
+  std::vector<float> a(301);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f + 1.0f;
   const std::uint64_t h = hash_bits(a);
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -110,7 +111,7 @@ TEST(HashBits, EveryPositionAndOrderCounts) {
     b[i] = std::nextafter(b[i], 0.0f);
     EXPECT_NE(hash_bits(b), h) << i;
   }
-  for (const std::size_t gap : {1u, 64u}) {
+  for (const std::size_t gap : {1u, 2u, 128u}) {
     std::vector<float> b = a;
     std::swap(b[3], b[3 + gap]);
     EXPECT_NE(hash_bits(b), h) << gap;
