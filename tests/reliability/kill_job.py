@@ -102,7 +102,7 @@ def trial(args, i, rng, flush_every):
     partial_n = None
     try:
         partial_n, _, _ = consistent_rows(out + ".partial", flush_every)
-    except (OSError, AssertionError, KeyError) as e:
+    except (OSError, RuntimeError, AssertionError, KeyError) as e:  # h5py: RuntimeError for a torn B-tree
         partial_error = str(e).splitlines()[0][:120]
     # Both spellings of the tool, in turn: `divsim recover` and the standalone divsim-recover.
     recover = [args.divsim, "recover"] if i % 2 else [args.recover]
