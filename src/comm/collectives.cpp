@@ -12,6 +12,7 @@ namespace divsim {
 namespace {
 
 Waiting g_waiting = Waiting::sleep;
+NodeShare g_share;
 constexpr int kPolls = 64;                 // polls before sleeping, at least
 constexpr std::int64_t kYieldNs = 1000000; // ... and with a core of its own, 1 ms of them
 
@@ -23,8 +24,12 @@ std::int64_t monotonic_ns() {
 
 }  // namespace
 
-void set_waiting(Waiting waiting) { g_waiting = waiting; }
+void adapt_waiting(const NodeShare& share) {
+  g_share = share;
+  g_waiting = share.processes > share.cpus ? Waiting::sleep : Waiting::yield;
+}
 Waiting current_waiting() { return g_waiting; }
+NodeShare waiting_share() { return g_share; }
 
 void wait_politely(MPI_Request& request) {
   // Poll and yield the core for a while (MPI_Test is what advances a nonblocking collective), then

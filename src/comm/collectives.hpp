@@ -12,12 +12,6 @@
 
 namespace divsim {
 
-// How the waits below wait between MPI_Test polls: sleeping once a few polls have not completed the
-// operation, or only after 1 ms of polling (a core per process). Process-wide; sleep until set.
-enum class Waiting { yield, sleep };
-void set_waiting(Waiting waiting);
-Waiting current_waiting();
-
 void wait_politely(MPI_Request& request);  // MPI_Wait that yields the core while waiting, if it must
 void allreduce_in_place(void* buffer, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
 void broadcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
@@ -29,5 +23,12 @@ struct NodeShare {
   int cpus = 1;
 };
 NodeShare node_share(MPI_Comm comm);
+
+// How the waits above wait between MPI_Test polls: sleeping once a few polls have not completed the
+// operation, or only after 1 ms of polling (a core per process). Process-wide; sleep until adapted.
+enum class Waiting { yield, sleep };
+void adapt_waiting(const NodeShare& share);  // sleep where the processes outnumber the CPUs
+Waiting current_waiting();
+NodeShare waiting_share();  // the share current_waiting() was chosen for
 
 }  // namespace divsim

@@ -8,7 +8,7 @@
 namespace divsim {
 
 DIVSIM_WIDE_VECTORS double sum_of_squares(std::span<const float> v, double scale) {
-  // 16 partial sums in a fixed pattern (vectorisable: one serial chain of dependent additions is
+  // 32 partial sums in a fixed pattern (vectorisable: one serial chain of dependent additions is
   // ten times slower), combined in a fixed order.
   constexpr std::size_t kLanes = 32;
   double lane[kLanes] = {};

@@ -37,16 +37,15 @@ RootAttributes environment_attributes(MPI_Comm comm) {
   unsigned h5maj = 0, h5min = 0, h5rel = 0;
   H5get_libversion(&h5maj, &h5min, &h5rel);
 
-  const NodeShare share = node_share(comm);  // process 0's node, as every process records it
-  int shared[2] = {share.processes, share.cpus};
-  MPI_Bcast(shared, 2, MPI_INT, 0, comm);
-  int waits = current_waiting() == Waiting::yield ? 1 : 0;
-  MPI_Bcast(&waits, 1, MPI_INT, 0, comm);
+  // Process 0's node and choice, so that every process writes the same attributes.
+  const NodeShare share = waiting_share();
+  int shared[3] = {share.processes, share.cpus, current_waiting() == Waiting::yield ? 1 : 0};
+  MPI_Bcast(shared, 3, MPI_INT, 0, comm);
 
   std::ostringstream env;
   env << "mpi=" << mpi_first_line << "\n"
       << "mpi_processes=" << procs << "\n"
-      << "node=" << shared[0] << " processes on " << shared[1] << " cpus, waits " << (waits ? "yield" : "sleep") << "\n"
+      << "node=" << shared[0] << " processes on " << shared[1] << " cpus, waits " << (shared[2] ? "yield" : "sleep") << "\n"
       << "hdf5=" << h5maj << '.' << h5min << '.' << h5rel << "\n"
       << "eigen=" << EIGEN_WORLD_VERSION << '.' << EIGEN_MAJOR_VERSION << '.' << EIGEN_MINOR_VERSION << "\n"
       << "eigen_simd=" << Eigen::SimdInstructionSetsInUse() << "\n"

@@ -957,7 +957,7 @@ RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   MPI_Comm_rank(comm, &process);
   Watchdog watchdog(cfg.dist.timeout_s, process);
   const NodeShare share = node_share(comm);
-  set_waiting(share.processes > share.cpus ? Waiting::sleep : Waiting::yield);
+  adapt_waiting(share);
   collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, share.processes); });
   watchdog.progress(-1);
   std::unique_ptr<TrajectoryWriter> writer;
