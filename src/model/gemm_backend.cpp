@@ -12,28 +12,9 @@ char* openblas_get_corename(void);
 #endif
 
 namespace divsim {
-
-#ifdef DIVSIM_HAVE_OPENBLAS
 namespace {
-blasint dim(Eigen::Index v) { return static_cast<blasint>(v); }
-}  // namespace
 
-void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
-  // beta = 0 makes OpenBLAS clear c before it accumulates the products: bit for bit beta = 1 on zeros.
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.rows()), 1.0f, a.data(),
-              dim(a.cols()), b.data(), dim(b.cols()), accumulate ? 1.0f : 0.0f, c.data(), dim(c.cols()));
-}
-
-void gemm_nn(ConstMatView a, ConstMatView b, MatView c) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.cols()), 1.0f, a.data(),
-              dim(a.cols()), b.data(), dim(b.cols()), 0.0f, c.data(), dim(c.cols()));
-}
-
-void use_one_gemm_thread() { openblas_set_num_threads(1); }
-
-std::string gemm_backend() { return std::string(openblas_get_config()) + ", core " + openblas_get_corename(); }
-#else
-void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
+void eigen_gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
   // Eigen's c = a^T b is c.setZero() and then c += a^T b: the same bits as accumulating onto zeros.
   if (accumulate)
     c.noalias() += a.transpose() * b;
@@ -41,7 +22,61 @@ void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
     c.noalias() = a.transpose() * b;
 }
 
-void gemm_nn(ConstMatView a, ConstMatView b, MatView c) { c.noalias() = a * b; }
+void eigen_gemm_nn(ConstMatView a, ConstMatView b, MatView c) { c.noalias() = a * b; }
+
+#ifdef DIVSIM_HAVE_OPENBLAS
+blasint dim(Eigen::Index v) { return static_cast<blasint>(v); }
+
+std::string openblas_description() {
+  return std::string(openblas_get_config()) + ", core " + openblas_get_corename();
+}
+
+// OpenBLAS outruns Eigen only with kernels as wide as Eigen's. OpenBLAS picks its kernels at load time,
+// by its own CPU table or by OPENBLAS_CORETYPE (an environment that sets OPENBLAS_CORETYPE=Haswell keeps
+// it on AVX2 on an AVX-512 CPU); an -march=native build of Eigen uses AVX-512 there, and its backward
+// products then ran 1.45x faster than OpenBLAS's (bench/divsim_gemm_rate, AMD EPYC: 150-166 against
+// 106-116 GFLOP/s). So OpenBLAS takes the backward products unless Eigen has AVX-512 and OpenBLAS's
+// core does not. A function of the build, the CPU and the environment, fixed for the process: runs
+// compared bit for bit need the same of all three, as before, and `env` records the choice.
+bool backward_on_openblas() {
+  static const bool use = [] {
+#ifdef EIGEN_VECTORIZE_AVX512
+    const std::string core = openblas_get_corename();
+    return core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+#else
+    return true;
+#endif
+  }();
+  return use;
+}
+#endif
+
+}  // namespace
+
+#ifdef DIVSIM_HAVE_OPENBLAS
+void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
+  if (!backward_on_openblas()) return eigen_gemm_tn(a, b, c, accumulate);
+  // beta = 0 makes OpenBLAS clear c before it accumulates the products: bit for bit beta = 1 on zeros.
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.rows()), 1.0f, a.data(),
+              dim(a.cols()), b.data(), dim(b.cols()), accumulate ? 1.0f : 0.0f, c.data(), dim(c.cols()));
+}
+
+void gemm_nn(ConstMatView a, ConstMatView b, MatView c) {
+  if (!backward_on_openblas()) return eigen_gemm_nn(a, b, c);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.cols()), 1.0f, a.data(),
+              dim(a.cols()), b.data(), dim(b.cols()), 0.0f, c.data(), dim(c.cols()));
+}
+
+void use_one_gemm_thread() { openblas_set_num_threads(1); }
+
+std::string gemm_backend() {
+  if (backward_on_openblas()) return openblas_description();
+  return "Eigen (not " + openblas_description() + ": no AVX-512 kernels)";
+}
+#else
+void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) { eigen_gemm_tn(a, b, c, accumulate); }
+
+void gemm_nn(ConstMatView a, ConstMatView b, MatView c) { eigen_gemm_nn(a, b, c); }
 
 void use_one_gemm_thread() {}
 

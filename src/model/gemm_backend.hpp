@@ -1,7 +1,7 @@
 #pragma once
 // The kernels behind the matrix products. With the CMake option DIVSIM_OPENBLAS (default ON, when
-// OpenBLAS is found) the two backward products of a Linear layer go to OpenBLAS's sgemm, otherwise to
-// Eigen's own kernels; the forward product is always Eigen's. Why the split: Eigen computes each row of
+// OpenBLAS is found) the two backward products of a Linear layer go to OpenBLAS's sgemm, unless its
+// kernels are narrower than Eigen's (gemm_backend.cpp), otherwise to Eigen's own kernels; the forward product is always Eigen's. Why the split: Eigen computes each row of
 // x w^T the same way for any number of rows that is a multiple of 4, so a sample's forward result does
 // not depend on the usual per-rank batches (the world size), while OpenBLAS picks other kernels for
 // small products up to much larger row counts (docs/design.md). All are deterministic for given shapes, which is what
@@ -23,7 +23,8 @@ void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
 // threads would compete with the other processes for the same cores. Idempotent.
 void use_one_gemm_thread();
 
-// "Eigen" or e.g. "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64, core SkylakeX"
+// "Eigen", e.g. "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64, core SkylakeX",
+// or "Eigen (not OpenBLAS ... core Haswell: no AVX-512 kernels)" where Eigen's kernels replace OpenBLAS's.
 std::string gemm_backend();
 
 }  // namespace divsim

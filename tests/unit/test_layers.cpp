@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gemm_backend.hpp"
 #include "model/layers.hpp"
 #include "model/loss.hpp"
 #include "model/mlp.hpp"
@@ -160,6 +161,27 @@ TEST(LayerGrad, LinearMatchesFiniteDifferencesAndAccumulates) {
   linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw2, OUT, IN), db2,
                   MatView(nullptr, 0, IN));
   expect_close("linear dw (no dx)", dw2, want_dw);
+}
+
+// The `env` attribute's gemm= names the kernel that computed the backward products, so that runs compared
+// bit for bit can be told apart: the products' bits must be those of the kernel it names. K = 300 makes
+// Eigen's and OpenBLAS's summation orders give different bits (checked, or the test would prove nothing).
+TEST(GemmBackend, BackwardProductsComeFromTheKernelItNames) {
+  const Eigen::Index K = 300, M = 24, N = 40;
+  const auto a = normal_values(K * M, 41), b = normal_values(K * N, 42), w = normal_values(M * N, 43);
+  std::vector<float> tn(M * N), nn(K * N), eigen_tn(M * N), eigen_nn(K * N);
+  gemm_tn(cview(a, K, M), cview(b, K, N), view(tn, M, N), false);
+  gemm_nn(cview(b, K, N), cview(w, N, M), view(nn, K, M));
+  view(eigen_tn, M, N).noalias() = cview(a, K, M).transpose() * cview(b, K, N);
+  view(eigen_nn, K, M).noalias() = cview(b, K, N) * cview(w, N, M);
+  const std::string backend = gemm_backend();
+  if (backend.rfind("Eigen", 0) == 0) {
+    EXPECT_EQ(tn, eigen_tn) << backend;
+    EXPECT_EQ(nn, eigen_nn) << backend;
+  } else {
+    EXPECT_NE(tn, eigen_tn) << backend << ": OpenBLAS named, Eigen's bits computed (or the shapes no longer tell them apart)";
+    EXPECT_NE(nn, eigen_nn) << backend;
+  }
 }
 
 TEST(LayerGrad, ReluMatchesFiniteDifferencesAndWorksInPlace) {
