@@ -1,11 +1,12 @@
 #pragma once
 // The kernels behind the matrix products. With the CMake option DIVSIM_OPENBLAS (default ON, when
 // OpenBLAS is found) the two backward products of a Linear layer go to OpenBLAS's sgemm, unless its
-// kernels are narrower than Eigen's (gemm_backend.cpp), otherwise to Eigen's own kernels; the forward product is always Eigen's. Why the split: Eigen computes each row of
-// x w^T the same way for any number of rows that is a multiple of 4, so a sample's forward result does
-// not depend on the usual per-rank batches (the world size), while OpenBLAS picks other kernels for
-// small products up to much larger row counts (docs/design.md). All are deterministic for given shapes, which is what
-// the reproducibility guarantees rest on; the bits do depend on the backend (and on the kernel OpenBLAS
+// kernels are narrower than Eigen's (gemm_backend.cpp); otherwise to Eigen's own kernels. The forward
+// product is always Eigen's. Why the split: Eigen computes each row of x w^T the same way for any
+// number of rows that is a multiple of 4, so a sample's forward result does not depend on the usual
+// per-rank batches (the world size), while OpenBLAS picks other kernels for small products up to much
+// larger row counts (docs/design.md). All are deterministic for given shapes, which is what the
+// reproducibility guarantees rest on; the bits do depend on the backend (and on the kernel OpenBLAS
 // picks for the CPU), so every trajectory file names it.
 #include <string>
 

@@ -179,7 +179,8 @@ TEST(GemmBackend, BackwardProductsComeFromTheKernelItNames) {
     EXPECT_EQ(tn, eigen_tn) << backend;
     EXPECT_EQ(nn, eigen_nn) << backend;
   } else {
-    EXPECT_NE(tn, eigen_tn) << backend << ": OpenBLAS named, Eigen's bits computed (or the shapes no longer tell them apart)";
+    EXPECT_NE(tn, eigen_tn) << backend
+                            << ": OpenBLAS named, Eigen's bits computed (or the shapes no longer tell them apart)";
     EXPECT_NE(nn, eigen_nn) << backend;
   }
 }
