@@ -17,6 +17,7 @@
 
 #include "comm/collectives.hpp"
 #include "comm/reducer.hpp"
+#include "numerics/bits.hpp"
 #include "numerics/simd.hpp"
 
 namespace divsim {
@@ -44,19 +45,19 @@ int scale_exponent(double max_abs) {
 constexpr std::size_t kBlock = 512;  // elements converted at a time: the block's sum stays in L1
 
 // acc[i] = sum over the partials of round(v[lo + i] * scale) as 64-bit integers (exact: the sum's order
-// does not matter). Multiplying by a power of two is exact; nearbyint rounds once, to nearest even.
+// does not matter). Multiplying by a power of two is exact, and |v * scale| < 2^kMantissaBits < 2^51.
 DIVSIM_WIDE_VECTORS void to_fixed(const std::vector<const float*>& partials, std::size_t lo, std::size_t n,
                                   double scale, std::int64_t* acc) {
+  static_assert(kMantissaBits < 51, "round_to_int64 needs |x| < 2^51");
   std::fill_n(acc, n, 0);
   for (const float* v : partials)
-    for (std::size_t i = 0; i < n; ++i)
-      acc[i] += static_cast<std::int64_t>(std::nearbyint(static_cast<double>(v[lo + i]) * scale));
+    for (std::size_t i = 0; i < n; ++i) acc[i] += round_to_int64(static_cast<double>(v[lo + i]) * scale);
 }
 
 // out[i] = float(acc[i] * factor), factor = 2^-S / divisor. One product instead of a division per
 // element: the same function of the same integers at every world size, which is all the invariance needs.
 DIVSIM_WIDE_VECTORS void from_fixed(const std::int64_t* acc, std::size_t n, double factor, float* out) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(acc[i]) * factor);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(int64_to_double(acc[i]) * factor);
 }
 
 class DeterministicReducer final : public Reducer {

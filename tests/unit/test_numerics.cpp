@@ -126,3 +126,27 @@ TEST(KeyedStream, FillUniformEqualsSingleDraws) {
     for (std::size_t j = 0; j < bulk.size(); ++j) EXPECT_EQ(bulk[j], s.uniform(j)) << n << " " << j;
   }
 }
+
+// The deterministic reduction's fixed-point conversions must give nearbyint's and the cast's bits.
+TEST(FixedPointConversion, RoundToInt64IsNearbyintBelowTwoTo51) {
+  std::vector<double> xs{0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, 1e-300,
+                         0x1p51 - 0.5, -(0x1p51 - 0.5), 0x1p51 - 1.0, 0x1p50 + 0.5, -0x1p50 - 0.5, 0x1p41 - 0.25};
+  const KeyedStream rng(7, Stream::synthetic);
+  for (std::uint64_t i = 0; i < 20000; ++i)  // every magnitude from 2^-20 to 2^51, both signs
+    xs.push_back((i % 2 ? -1.0 : 1.0) * std::ldexp(rng.uniform_double(i), static_cast<int>(i % 72) - 20));
+  for (double x : xs)
+    ASSERT_EQ(round_to_int64(x), static_cast<std::int64_t>(std::nearbyint(x))) << "x = " << x;
+}
+
+TEST(FixedPointConversion, Int64ToDoubleIsTheCastForEveryInt64) {
+  std::vector<std::int64_t> vs{0, 1, -1, INT64_MAX, INT64_MIN, INT64_MIN + 1, (1LL << 53) + 1, -(1LL << 53) - 1,
+                               (1LL << 53) + 3, (1LL << 62) + 513, -(1LL << 62) - 1025, 0xffffffffLL, -0x100000000LL};
+  const KeyedStream rng(8, Stream::synthetic);
+  for (std::uint64_t i = 0; i < 20000; ++i) {  // random bits, shifted to every magnitude
+    const std::uint64_t bits = (std::uint64_t{rng.u32(2 * i)} << 32) | rng.u32(2 * i + 1);
+    vs.push_back(std::bit_cast<std::int64_t>(bits) >> (i % 64));
+  }
+  for (std::int64_t v : vs)
+    ASSERT_EQ(std::bit_cast<std::uint64_t>(int64_to_double(v)), std::bit_cast<std::uint64_t>(static_cast<double>(v)))
+        << "v = " << v;
+}
