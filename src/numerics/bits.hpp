@@ -1,6 +1,7 @@
 #pragma once
 // Bit-level helpers: hashing parameter bits (replicas in sync <=> equal hash) and rounding float32
-// to narrower formats (precision emulation of TF32 / BF16 / FP16 matmul inputs).
+// to narrower formats (precision emulation of TF32 / BF16 / FP16 matmul inputs), and the exact
+// double <-> int64 conversions of the deterministic reduction.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
