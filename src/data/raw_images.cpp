@@ -62,10 +62,16 @@ Dataset standardise(const RawImages& raw, const PixelStats& st) {
   ds.dim = std::int64_t{raw.height} * raw.width;
   ds.classes = raw.classes;
   const auto dim = static_cast<std::size_t>(ds.dim);
+  // A pixel takes one of 256 values: tabulate each feature's 256 standardised floats (the same double
+  // expression, so the same bits) instead of a division and a modulo per pixel of the whole split.
+  std::vector<float> table(dim * 256);
+  for (std::size_t p = 0; p < dim; ++p)
+    for (int v = 0; v < 256; ++v) table[p * 256 + v] = static_cast<float>((v / 255.0 - st.mean[p]) / st.std[p]);
   ds.x.resize(raw.pixels.size());
-  for (std::size_t i = 0; i < ds.x.size(); ++i) {
-    const std::size_t p = i % dim;
-    ds.x[i] = static_cast<float>((raw.pixels[i] / 255.0 - st.mean[p]) / st.std[p]);
+  for (std::size_t row = 0; row < static_cast<std::size_t>(ds.n); ++row) {
+    const std::uint8_t* px = raw.pixels.data() + row * dim;
+    float* x = ds.x.data() + row * dim;
+    for (std::size_t p = 0; p < dim; ++p) x[p] = table[p * 256 + px[p]];
   }
   ds.y = raw.labels;
   if (raw.images) {
