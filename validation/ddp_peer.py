@@ -77,20 +77,33 @@ def scenario(name):
     return cfg
 
 
-def _worker(rank, world, cfg_flat, fault, out_dir, init_file):
-    """One DDP rank: trains the scenario and saves its per-step record to out_dir/rank<r>.npz. The data
-    comes standardised from out_dir/<array>.npy, mapped copy-on-write: standardised once for all ranks."""
+def _worker(rank, world, jobs, out_dir, init_file):
+    """One DDP rank: trains each (name, scenario, fault) of `jobs` in turn in one process group (torch
+    imported and the data mapped once) and saves each run's per-step record to out_dir/<name>-rank<r>.npz.
+    Every run starts from torch.manual_seed and a fresh model, optimizer and sampler, so it does not
+    depend on the runs before it. The data comes standardised from out_dir/<array>.npy, mapped
+    copy-on-write: standardised once for all ranks."""
     import torch
     import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    data = tuple(torch.from_numpy(np.load(os.path.join(out_dir, f"{k}.npy"), mmap_mode="c"))
+                 for k in ("x_train", "y_train", "x_test", "y_test"))
+    for name, cfg_flat, fault in jobs:
+        rec = _train(rank, world, Config(cfg_flat), fault, data)
+        np.savez(os.path.join(out_dir, f"{name}-rank{rank}.npz"), **{k: np.asarray(v) for k, v in rec.items()})
+    dist.destroy_process_group()
+
+
+def _train(rank, world, cfg, fault, data):
+    """One rank's DDP run of one scenario -> its per-step record."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data.distributed import DistributedSampler
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    cfg = Config(cfg_flat)
-    x_train, y_train, x_test, y_test = (torch.from_numpy(np.load(os.path.join(out_dir, f"{k}.npy"), mmap_mode="c"))
-                                        for k in ("x_train", "y_train", "x_test", "y_test"))
+    x_train, y_train, x_test, y_test = data
     seed, steps, accum = cfg.int("run.seed"), cfg.int("train.steps"), cfg.int("batch.accum_steps")
     faulty = rank == FAULTY_RANK
 
@@ -145,24 +158,27 @@ def _worker(rank, world, cfg_flat, fault, out_dir, init_file):
             rec["eval_step"].append(step)
             rec["eval_loss"].append(float(F.cross_entropy(logits, y_test, reduction="none").double().mean()))
             rec["eval_accuracy"].append(float((logits.argmax(dim=1) == y_test).double().mean()))
-    np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **{k: np.asarray(v) for k, v in rec.items()})
-    dist.destroy_process_group()
+    return rec
 
 
-def run_torch(name, world):
-    """The torch DDP run of `name` at `world` ranks -> {loss [S,W], param_hash, param_norm, samples [S,W,B],
-    eval_step [E], eval_loss [E,W], eval_accuracy [E,W]}."""
+def run_torch(names, world):
+    """The torch DDP runs of `names` at `world` ranks, one spawn for all -> {name: {loss [S,W],
+    param_hash, param_norm, samples [S,W,B], eval_step [E], eval_loss [E,W], eval_accuracy [E,W]}}."""
     import torch.multiprocessing as mp
 
+    roots = {scenario(n)["data.root"] for n in names}
+    assert len(roots) == 1, "one data set for all scenarios"
     with tempfile.TemporaryDirectory(prefix="ddp-peer-") as tmp:
-        for k, a in zip(("x_train", "y_train", "x_test", "y_test"), fashion_mnist(scenario(name)["data.root"])):
+        for k, a in zip(("x_train", "y_train", "x_test", "y_test"), fashion_mnist(roots.pop())):
             np.save(os.path.join(tmp, f"{k}.npy"), a)
-        mp.spawn(_worker, args=(world, scenario(name), RUNS[name][3], tmp, os.path.join(tmp, "init")),
-                 nprocs=world, join=True)
-        ranks = [np.load(os.path.join(tmp, f"rank{r}.npz")) for r in range(world)]
-        out = {k: np.stack([d[k] for d in ranks], axis=1) for k in ("loss", "param_hash", "param_norm", "samples",
-                                                                   "eval_loss", "eval_accuracy")}
-        out["eval_step"] = ranks[0]["eval_step"]
+        jobs = [(n, scenario(n), RUNS[n][3]) for n in names]
+        mp.spawn(_worker, args=(world, jobs, tmp, os.path.join(tmp, "init")), nprocs=world, join=True)
+        out = {}
+        for n in names:
+            ranks = [np.load(os.path.join(tmp, f"{n}-rank{r}.npz")) for r in range(world)]
+            out[n] = {k: np.stack([d[k] for d in ranks], axis=1) for k in ("loss", "param_hash", "param_norm", "samples",
+                                                                          "eval_loss", "eval_accuracy")}
+            out[n]["eval_step"] = ranks[0]["eval_step"]
     return out
 
 
@@ -223,8 +239,9 @@ def compare_world(divsim, world, names):
         for n in (RUNS[name][0], name):
             if n and n not in needed:
                 needed.append(n)
+    torch_runs = run_torch(needed, world)
     for n in needed:
-        runs[n] = {"divsim": run_divsim(divsim, n, world), "torch": run_torch(n, world)}
+        runs[n] = {"divsim": run_divsim(divsim, n, world), "torch": torch_runs[n]}
     out = {}
     for name in names:
         base = RUNS[name][0]
