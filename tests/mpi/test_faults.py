@@ -1,5 +1,7 @@
 """One test per fault (issue: the fault catalog): run inputs/faults/<name>.ini at W=4 next to the same
 scenario without its fault line (the baseline) and assert the fault's signature from the trajectories."""
+import fcntl
+import hashlib
 import os
 import re
 import sys
@@ -30,18 +32,38 @@ class Run:
         return np.nonzero((h != h[:, :1]).any(axis=1))[0]
 
 
+def shared_baseline(args, base_text, options):
+    """The baseline trajectory for this binary, rank count, configuration and options, run once and
+    shared by every fault test that needs it (most scenarios differ only in their fault line). The
+    cache key covers the binary's bytes, so a rebuild reruns it; a lock makes concurrent tests wait for
+    the one that runs it instead of running it twice."""
+    key = hashlib.sha256()
+    with open(args.divsim, "rb") as fh:
+        key.update(fh.read())
+    key.update(repr((args.ranks, base_text, options)).encode())
+    cache = os.path.join(os.path.dirname(os.path.abspath(args.workdir)), "fault-baselines")
+    os.makedirs(cache, exist_ok=True)
+    out = os.path.join(cache, key.hexdigest()[:24] + ".h5")
+    with open(out + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(out):
+            base_ini = os.path.join(args.workdir, "baseline.ini")
+            with open(base_ini, "w") as fh:
+                fh.write(base_text)
+            run(args, ["--config", base_ini, f"--run.out={out}", *options])
+    return out
+
+
 def scenario(args, name, extra=()):
-    """Runs the scenario and its baseline; returns (faulty, baseline)."""
+    """Runs the scenario next to its baseline (the same file without its fault and name lines); returns
+    (faulty, baseline)."""
     ini = os.path.join(ROOT, "inputs", "faults", f"{name}.ini")
     with open(ini) as fh:
         text = fh.read()
-    base_ini = os.path.join(args.workdir, "baseline.ini")
-    with open(base_ini, "w") as fh:
-        fh.write(re.sub(r"(?m)^fault\s*=.*$", "", text))
     common = [*([] if any(e.startswith("--train.steps") for e in extra) else [f"--train.steps={STEPS}"]), *extra]
     run(args, ["--config", ini, "--run.out=fault.h5", *common])
-    run(args, ["--config", base_ini, "--run.out=base.h5", *common])
-    return Run(os.path.join(args.workdir, "fault.h5")), Run(os.path.join(args.workdir, "base.h5"))
+    base = shared_baseline(args, re.sub(r"(?m)^(fault\s*=|name\s*=|#).*$", "", text), common)
+    return Run(os.path.join(args.workdir, "fault.h5")), Run(base)
 
 
 def in_sync(r, ranks=None):
@@ -210,11 +232,52 @@ def clip_mismatch(args):
     expect(in_sync(f, [1, 2, 3]), "ranks 1-3 stay together")
 
 
+# Every fault of the catalog in one short run of a small model that has what each needs (BatchNorm, ASL,
+# accumulation, ring, fp16 loss scaling): the faults compose, and each acts on the ranks and at the steps
+# its spec names. Short enough for the sanitizer stage, where it stands in for the per-fault signature
+# tests above (label long) that take minutes each there.
+ALL_AT_ONCE = {
+    "unsynced_seed:stream=init,ranks=3": [(0, 3)],
+    "overlapping_shards:mode=duplicate_rank,of=0,ranks=1": [(0, 1)],
+    "tf32_mismatch:format=tf32,ranks=2": [(0, 2)],
+    "bn_drift:ranks=1-3": [(0, 1), (0, 2), (0, 3)],
+    "skip_rank:mode=own_grad,ranks=3,start=10,stop=12": [(10, 3), (11, 3)],
+    "accum_misalign:offset=+1,ranks=2,start=5,stop=6": [(5, 2)],
+    "loss_skew:param=asl_margin,value=0.05,ranks=0-1": [(0, 0), (0, 1)],
+    "optimizer_state_reset:ranks=1,start=8": [(8, 1)],
+    "loss_scaler_desync:ranks=1": [(0, 1)],
+    "reduction_order:mode=bucket,cap_mb=0.1,ranks=1": [(0, 1)],
+    "bitflip:bit=30,ranks=2,start=20": [(20, 2)],
+    "stale_scheduler:ranks=1,start=12": [(12, 1)],
+    "clip_mismatch:max_norm=0.5,ranks=0": [(0, 0)],
+}
+
+
+def all_at_once(args):
+    catalog = sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "inputs", "faults")) if n.endswith(".ini"))
+    names = sorted(spec.split(":")[0] for spec in ALL_AT_ONCE)
+    expect(names == catalog, f"one spec for each fault of inputs/faults/ ({len(catalog)})")
+    run(args, ["--model.hidden=64,32", "--model.batchnorm=true", "--loss.type=asl", "--loss.margin=0.1",
+               "--batch.global=64", "--batch.accum_steps=2", "--dist.reduce=ring", "--precision.amp=fp16",
+               "--train.steps=24", "--train.eval_every=8", "--record.layers_every=2", "--record.samples=true",
+               "--run.out=all.h5", *(f"--fault={spec}" for spec in ALL_AT_ONCE)])
+    r = Run(os.path.join(args.workdir, "all.h5"))
+    with h5py.File(os.path.join(args.workdir, "all.h5"), "r") as f:
+        listed = sorted(f["faults"]["spec"].astype(str))
+    expect(listed == sorted(ALL_AT_ONCE), "/faults lists every spec")
+    for spec, where in ALL_AT_ONCE.items():
+        kind = spec.split(":")[0]
+        got = [e[:2] for e in events_of(r, kind)]
+        expect(got == where, f"{kind}: events at (step, rank) {where}")
+    h = r["train/param_hash"]
+    expect(h[0, 3] != h[0, 1] and h[0, 0] != h[0, 1], "unsynced_seed and clip_mismatch part ranks 3 and 0 from step 0")
+
+
 if __name__ == "__main__":
     from divsim_testlib import parse_args
     commands = {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
-                                          "clip_mismatch"]}
+                                          "clip_mismatch", "all_at_once"]}
     a = parse_args(list(commands))
     commands[a.command](a)

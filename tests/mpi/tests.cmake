@@ -29,15 +29,20 @@ divsim_mpi_test(NAME mpi.hdf5_source.n2 LABELS mpi SCRIPT test_engine.py ARGS hd
 divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engine.py ARGS default-accuracy --ranks 4
                 TIMEOUT 900)
 
-# One test per fault of the catalog (inputs/faults/<name>.ini at W=4 against its baseline).
+# One test per fault of the catalog (inputs/faults/<name>.ini at W=4 against its baseline), and all of
+# them in one short run. Label long: trajectories of a few hundred steps that take minutes each under the
+# sanitizers; the sanitizer stage leaves them out and runs fault.all_at_once and the short repro tests.
 foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank accum_misalign loss_skew
               optimizer_state_reset loss_scaler_desync reduction_order reduction_order_shuffle bitflip stale_scheduler
               clip_mismatch)
-  divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4)
+  divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults;long" SCRIPT test_faults.py ARGS ${fault} --ranks 4)
 endforeach()
+divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
-foreach(case invariance invariance_sync_bn invariance_global_batch derived_accumulation ring_buckets world_size_noise
-             virtual_ranks)
+foreach(case invariance derived_accumulation ring_buckets virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
+endforeach()
+foreach(case invariance_sync_bn invariance_global_batch world_size_noise)
+  divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro;long" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()
