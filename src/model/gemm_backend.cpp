@@ -24,6 +24,8 @@ void eigen_gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
 
 void eigen_gemm_nn(ConstMatView a, ConstMatView b, MatView c) { c.noalias() = a * b; }
 
+void eigen_gemm_nt(ConstMatView a, ConstMatView b, MatView c) { c.noalias() = a * b.transpose(); }
+
 #ifdef DIVSIM_HAVE_OPENBLAS
 blasint dim(Eigen::Index v) { return static_cast<blasint>(v); }
 
@@ -35,10 +37,10 @@ std::string openblas_description() {
 // by its own CPU table or by OPENBLAS_CORETYPE (an environment that sets OPENBLAS_CORETYPE=Haswell keeps
 // it on AVX2 on an AVX-512 CPU); an -march=native build of Eigen uses AVX-512 there, and its backward
 // products then ran 1.45x faster than OpenBLAS's (bench/divsim_gemm_rate, AMD EPYC: 150-166 against
-// 106-116 GFLOP/s). So OpenBLAS takes the backward products unless Eigen has AVX-512 and OpenBLAS's
+// 106-116 GFLOP/s). So OpenBLAS takes the products unless Eigen has AVX-512 and OpenBLAS's
 // core does not. A function of the build, the CPU and the environment, fixed for the process: runs
 // compared bit for bit need the same of all three, as before, and `env` records the choice.
-bool backward_on_openblas() {
+bool on_openblas() {
   static const bool use = [] {
 #ifdef EIGEN_VECTORIZE_AVX512
     const std::string core = openblas_get_corename();
@@ -55,28 +57,36 @@ bool backward_on_openblas() {
 
 #ifdef DIVSIM_HAVE_OPENBLAS
 void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) {
-  if (!backward_on_openblas()) return eigen_gemm_tn(a, b, c, accumulate);
+  if (!on_openblas()) return eigen_gemm_tn(a, b, c, accumulate);
   // beta = 0 makes OpenBLAS clear c before it accumulates the products: bit for bit beta = 1 on zeros.
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.rows()), 1.0f, a.data(),
               dim(a.cols()), b.data(), dim(b.cols()), accumulate ? 1.0f : 0.0f, c.data(), dim(c.cols()));
 }
 
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c) {
-  if (!backward_on_openblas()) return eigen_gemm_nn(a, b, c);
+  if (!on_openblas()) return eigen_gemm_nn(a, b, c);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dim(c.rows()), dim(c.cols()), dim(a.cols()), 1.0f, a.data(),
+              dim(a.cols()), b.data(), dim(b.cols()), 0.0f, c.data(), dim(c.cols()));
+}
+
+void gemm_nt(ConstMatView a, ConstMatView b, MatView c) {
+  if (!on_openblas()) return eigen_gemm_nt(a, b, c);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, dim(c.rows()), dim(c.cols()), dim(a.cols()), 1.0f, a.data(),
               dim(a.cols()), b.data(), dim(b.cols()), 0.0f, c.data(), dim(c.cols()));
 }
 
 void use_one_gemm_thread() { openblas_set_num_threads(1); }
 
 std::string gemm_backend() {
-  if (backward_on_openblas()) return openblas_description();
+  if (on_openblas()) return openblas_description();
   return "Eigen (not " + openblas_description() + ": no AVX-512 kernels)";
 }
 #else
 void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate) { eigen_gemm_tn(a, b, c, accumulate); }
 
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c) { eigen_gemm_nn(a, b, c); }
+
+void gemm_nt(ConstMatView a, ConstMatView b, MatView c) { eigen_gemm_nt(a, b, c); }
 
 void use_one_gemm_thread() {}
 

@@ -1,13 +1,12 @@
 #pragma once
 // The kernels behind the matrix products. With the CMake option DIVSIM_OPENBLAS (default ON, when
-// OpenBLAS is found) the two backward products of a Linear layer go to OpenBLAS's sgemm, unless its
-// kernels are narrower than Eigen's (gemm_backend.cpp); otherwise to Eigen's own kernels. The forward
-// product is always Eigen's. Why the split: Eigen computes each row of x w^T the same way for any
-// number of rows that is a multiple of 4, so a sample's forward result does not depend on the usual
-// per-rank batches (the world size), while OpenBLAS picks other kernels for small products up to much
-// larger row counts (docs/design.md). All are deterministic for given shapes, which is what the
-// reproducibility guarantees rest on; the bits do depend on the backend (and on the kernel OpenBLAS
-// picks for the CPU), so every trajectory file names it.
+// OpenBLAS is found) the three products of a Linear layer go to OpenBLAS's sgemm, unless its kernels
+// are narrower than Eigen's (gemm_backend.cpp); otherwise to Eigen's own kernels. Both are
+// deterministic for given shapes, which is what the reproducibility guarantees rest on (deterministic
+// mode computes fixed-shape chunks); neither promises that a row's result is independent of how many
+// rows share the product, so with OpenBLAS a sample's forward bits depend on the per-rank batch, as
+// cuBLAS's do on a GPU (docs/design.md). The bits depend on the backend and on the kernel OpenBLAS
+// picks for the CPU, so every trajectory file names it.
 #include <string>
 
 #include "model/tensor.hpp"
@@ -19,6 +18,8 @@ namespace divsim {
 void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate);
 // c[M,N] = a[M,K] b[K,N]     (the input gradient dx = dy w)
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
+// c[M,N] = a[M,K] b[N,K]^T   (the forward product y = x w^T)
+void gemm_nt(ConstMatView a, ConstMatView b, MatView c);
 
 // One BLAS thread per process: MPI processes and logical ranks are divsim's parallelism, and BLAS
 // threads would compete with the other processes for the same cores. Idempotent.

@@ -10,7 +10,7 @@
 namespace divsim {
 
 void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y) {
-  y.noalias() = x * w.transpose();
+  gemm_nt(x, w, y);
   y.rowwise() += ConstVecView(b.data(), static_cast<Eigen::Index>(b.size())).transpose();
 }
 

@@ -63,9 +63,11 @@ def ring_buckets(args):
 
 def world_size_noise(args):
     """mpi and ring at W=2 vs W=4 (fixed global batch): equal in exact arithmetic, different in float.
+    Step 0 (no reduction yet) differs only through the products' kernels, which OpenBLAS picks by shape
+    (128 vs 64 rows per rank; Eigen gives equal rows: ~1e-16, the loss sum), ~5e-10 relative here.
     Measured on this model (see docs/reproducibility.md): ~1e-8..1e-7 relative at step 1, growing by orders
-    of magnitude over 300 steps as the trajectories part. Bounds: below 1e-5 at step 1 (a handful of ulps of
-    float32 accumulated over a few hundred thousand terms), above it later."""
+    of magnitude over 300 steps as the trajectories part. Bounds: below 1e-7 at step 0 and 1e-5 at step 1
+    (a handful of ulps of float32 accumulated over a few hundred thousand terms), above it later."""
     extra = SMALL + ["--batch.global=256", "--train.steps=300", "--sampler.mode=global_batch"]
     for mode in ["mpi", "ring"]:
         for w in [2, 4]:
@@ -73,7 +75,7 @@ def world_size_noise(args):
         a, b = load(args, f"{mode}2.h5"), load(args, f"{mode}4.h5")
         la, lb = a["train/global_loss"], b["train/global_loss"]
         rel = np.abs(la - lb) / np.abs(lb)
-        expect(rel[0] < 1e-12, f"{mode}: step 0 losses equal up to the loss summation ({rel[0]:.1e})")
+        expect(rel[0] < 1e-7, f"{mode}: step 0 losses equal up to the forward kernels' rounding ({rel[0]:.1e})")
         expect(0 < rel[1] < 1e-5, f"{mode}: step 1 differs, but only in the last bits ({rel[1]:.1e})")
         expect(rel[250:].max() > 10 * rel[1], f"{mode}: the difference grows ({rel[250:].max():.1e} late vs {rel[1]:.1e})")
 

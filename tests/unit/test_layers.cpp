@@ -167,31 +167,37 @@ TEST(LayerGrad, LinearMatchesFiniteDifferencesAndAccumulates) {
   expect_close("linear dw (no dx)", dw2, want_dw);
 }
 
-// The `env` attribute's gemm= names the kernel that computed the backward products, so that runs compared
+// The `env` attribute's gemm= names the kernel that computed the matrix products, so that runs compared
 // bit for bit can be told apart: the products' bits must be those of the kernel it names, computed here
-// directly. K = 300 makes Eigen's and OpenBLAS's summation orders differ in at least one of the two
+// directly. K = 300 makes Eigen's and OpenBLAS's summation orders differ in at least one of the three
 // products (checked, or the test would prove nothing; on an AVX2 Zen the NN products happen to agree).
-TEST(GemmBackend, BackwardProductsComeFromTheKernelItNames) {
+TEST(GemmBackend, ProductsComeFromTheKernelItNames) {
   const Eigen::Index K = 300, M = 24, N = 40;
   const auto a = normal_values(K * M, 41), b = normal_values(K * N, 42), w = normal_values(M * N, 43);
-  std::vector<float> tn(M * N), nn(K * M), eigen_tn(M * N), eigen_nn(K * M);
+  std::vector<float> tn(M * N), nn(K * M), nt(M * N), eigen_tn(M * N), eigen_nn(K * M), eigen_nt(M * N);
   gemm_tn(cview(a, K, M), cview(b, K, N), view(tn, M, N), false);
   gemm_nn(cview(b, K, N), cview(w, N, M), view(nn, K, M));
+  gemm_nt(cview(a, M, K), cview(b, N, K), view(nt, M, N));
   view(eigen_tn, M, N).noalias() = cview(a, K, M).transpose() * cview(b, K, N);
   view(eigen_nn, K, M).noalias() = cview(b, K, N) * cview(w, N, M);
+  view(eigen_nt, M, N).noalias() = cview(a, M, K) * cview(b, N, K).transpose();
   const std::string backend = gemm_backend();
   if (backend.rfind("Eigen", 0) == 0) {
     EXPECT_EQ(tn, eigen_tn) << backend;
     EXPECT_EQ(nn, eigen_nn) << backend;
+    EXPECT_EQ(nt, eigen_nt) << backend;
     return;
   }
 #ifdef DIVSIM_HAVE_OPENBLAS
-  std::vector<float> blas_tn(M * N), blas_nn(K * M);
+  std::vector<float> blas_tn(M * N), blas_nn(K * M), blas_nt(M * N);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a.data(), M, b.data(), N, 0.0f, blas_tn.data(), N);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, M, N, 1.0f, b.data(), N, w.data(), M, 0.0f, blas_nn.data(), M);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, blas_nt.data(), N);
   EXPECT_EQ(tn, blas_tn) << backend;
   EXPECT_EQ(nn, blas_nn) << backend;
-  EXPECT_TRUE(blas_tn != eigen_tn || blas_nn != eigen_nn) << backend << ": the shapes no longer tell the kernels apart";
+  EXPECT_EQ(nt, blas_nt) << backend;
+  EXPECT_TRUE(blas_tn != eigen_tn || blas_nn != eigen_nn || blas_nt != eigen_nt)
+      << backend << ": the shapes no longer tell the kernels apart";
 #else
   FAIL() << backend << " named in a build without OpenBLAS";
 #endif
