@@ -142,9 +142,11 @@ def worldsize(a):
             first_loss[w] = f["train/global_loss"][0]
         expect(cfg["batch.global"] == "64" and cfg["batch.per_rank"] == "0", f"w{w}.h5: global batch 64")
         check_slurm_identity(path, by_w[w], "ws")
-    # Same initial parameters and the same 64 samples at step 0: the global loss agrees up to summation order.
+    # Same initial parameters and the same 64 samples at step 0: the global loss agrees up to the rounding
+    # of the forward products, whose kernels OpenBLAS picks by the per-rank batch, and the summation order
+    # (docs/reproducibility.md; 4e-9 relative here).
     spread = max(first_loss.values()) - min(first_loss.values())
-    expect(spread < 1e-12 * first_loss[1], f"step-0 global loss equal across W (spread {spread:.3g})")
+    expect(spread < 1e-7 * first_loss[1], f"step-0 global loss equal across W up to rounding (spread {spread:.3g})")
 
 
 # ---- one run, both launchers ---------------------------------------------------------------------
