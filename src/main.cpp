@@ -50,8 +50,14 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.steps), s.world_size, static_cast<double>(s.steps) / s.seconds,
                   s.eval_loss_min, s.eval_loss_max, s.eval_acc_min, s.eval_acc_max, s.output.c_str());
   } catch (const divsim::SetupFailure& f) {
-    // Set-up failures are agreed by all ranks: one message, a clean exit, nothing written.
-    if (f.report()) std::fprintf(stderr, "divsim: error: %s\n", f.what());
+    // Set-up failures are agreed by all ranks: one message, a clean exit, nothing written. The barrier
+    // keeps every rank alive until the message is out: mpiexec ends the job when a rank exits with an
+    // error, and a rank exiting first once cost the reporting one its message (seen under load).
+    if (f.report()) {
+      std::fprintf(stderr, "divsim: error: %s\n", f.what());
+      std::fflush(stderr);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     return f.exit_code();
   } catch (const divsim::Preempted& e) {
