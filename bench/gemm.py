@@ -44,6 +44,17 @@ def flops_per_step(batch, widths):
     return 3 * forward - 2 * batch * shapes[0][0] * shapes[0][1]
 
 
+def products_seconds(batch, widths, rates):
+    """Seconds per step of the products flops_per_step counts, each at the best of its rates: rates[l] is
+    gemm_rates' {(kernel, product): GFLOP/s} for layer l's shapes."""
+    seconds = 0.0
+    for layer, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+        for product in ("forward", "weight", "input")[:2 if layer == 0 else 3]:
+            best = max(g for (_, name), g in rates[layer].items() if name == product)
+            seconds += 2.0 * batch * fan_in * fan_out / (best * 1e9)
+    return seconds
+
+
 def table(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.add_divsim_arguments(ap)

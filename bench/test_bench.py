@@ -1,5 +1,5 @@
 """Quick checks of the bench/ plumbing (pytest; registered with CTest by bench/tests.cmake): the FLOP
-count behind the GEMM table, the doc-section rewriting, input errors, and the two C++ helpers'
+count behind the GEMM table and the W = 1 ceiling of the DDP table, the doc-section rewriting, input errors, and the two C++ helpers'
 output against independent values (the HDF5 helper's payload against the bytes h5py finds in its file,
 and each logical rank's values in its own column). Not here: timing anything, and the scripts' full
 runs against divsim or PyTorch (they take minutes; `bench/run_all.py --quick` is that check).
@@ -28,6 +28,16 @@ def test_flops_per_step_counts_forward_weight_and_input_products():
     assert gemm.flops_per_step(256, [784, 1024, 1024, 10]) == 3 * 953155584 - 411041792
     # One layer: forward and weight gradient only (the input is data).
     assert gemm.flops_per_step(1, [3, 2]) == 24
+
+
+def test_products_seconds_takes_each_product_at_its_best_rate():
+    # Two layers 3-2-1 at batch 4: forward and weight products of 2*4*3*2 = 48 FLOPs each in layer 0 (no
+    # input product), forward, weight and input of 2*4*2*1 = 16 each in layer 1; the best kernel counts.
+    rates = [{("eigen", "forward"): 1.0, ("openblas", "forward"): 2.0, ("eigen", "weight"): 4.0,
+              ("eigen", "input"): 1e-9},
+             {("eigen", "forward"): 8.0, ("eigen", "weight"): 16.0, ("openblas", "input"): 32.0}]
+    expected = (48 / 2.0 + 48 / 4.0 + 16 / 8.0 + 16 / 16.0 + 16 / 32.0) * 1e-9
+    assert gemm.products_seconds(4, [3, 2, 1], rates) == pytest.approx(expected, rel=1e-15)
 
 
 def test_write_section_replaces_only_its_own_markers(tmp_path):

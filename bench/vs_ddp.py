@@ -14,6 +14,12 @@ loss over the last tenth of the steps shows that both sides trained the same job
 initial parameters and dropout masks, so it agrees only approximately). The matmul rate of torch's BLAS is printed to show which BLAS the peer runs on
 (Debian's reference BLAS: a few GFLOP/s; OpenBLAS: about a hundred).
 
+A last line bounds the W = 1 ratio from the machine: the step's matrix products alone (every Linear
+layer's forward, weight and input products at the batch, the first layer's input product left out as on
+both sides), each at the best single-thread rate that bench/gemm_rate.cpp measures for its shapes, take
+a time no implementation on these kernels can beat; the peer's step time over it is the largest ratio
+to the peer that W = 1 can reach on this machine.
+
 usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--worlds 1,2,4] [--procs CORES] [--steps 500]
        [--repeats 3] [--divsim build/divsim] [-- extra divsim options for both sides]
 """
@@ -25,6 +31,7 @@ import h5py
 
 import benchlib
 import ddp_peer
+import gemm
 
 SECTION = "vs_ddp"
 QUICK = ["--steps", "40", "--repeats", "1", "--worlds", "1,4"]
@@ -65,6 +72,7 @@ def table(argv):
 
         runs = benchlib.repeated(a.repeats, [(s, w) for w in worlds for s in ("divsim", "ddp")], measure)
     blas = ddp_peer.blas_gflops()
+    products_ms = products_time_ms(benchlib.helper(a.divsim, "divsim_gemm_rate"), cfg) if 1 in worlds else None
 
     rows = ["| W | divsim processes | divsim steps/s | DDP processes | PyTorch DDP steps/s | divsim / DDP | "
             "mean loss, last 10% of steps: divsim | DDP |",
@@ -76,7 +84,20 @@ def table(argv):
     rows += ["", f"Settings: {a.steps} steps, best of {a.repeats}, job `{' '.join(job[:-1])}`; "
                  f"torch {ddp_peer.torch.__version__} matmul 1024^3 on one thread: {blas:.0f} GFLOP/s; "
                  f"{benchlib.machine()}."]
+    if products_ms is not None:
+        peer_ms = 1000.0 / benchlib.fastest(runs[("ddp", 1)])["rate"]
+        rows += ["", f"W = 1 ceiling: the matrix products alone, each at the best single-thread GEMM rate measured for "
+                     f"its shapes, take {products_ms:.2f} ms per step; the peer's step takes {peer_ms:.2f} ms, so "
+                     f"divsim / DDP at W = 1 cannot exceed {peer_ms / products_ms:.2f} on this machine."]
     return "\n".join(rows)
+
+
+def products_time_ms(exe, cfg):
+    """Milliseconds per W = 1 step of the job's matrix products, each at the best rate measured for it."""
+    widths = [gemm.IN_FEATURES, *cfg.ints("model.hidden"), gemm.CLASSES]
+    batch = cfg.int("batch.global")
+    rates = [gemm.gemm_rates(exe, batch, i, o, 0.3) for i, o in zip(widths[:-1], widths[1:])]
+    return 1000.0 * gemm.products_seconds(batch, widths, rates)
 
 
 if __name__ == "__main__":
