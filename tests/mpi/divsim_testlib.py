@@ -17,16 +17,17 @@ def parse_args(commands):
     p.add_argument("--workdir", required=True)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--bn-dropout", action="store_true")
+    p.add_argument("--preload", help="a shared library for LD_PRELOAD (mpi.step_allocations)")
     args = p.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     return args
 
 
-def run(args, extra, ranks=None, check=True, timeout=600):
+def run(args, extra, ranks=None, check=True, timeout=600, mpiexec_options=()):
     """Runs divsim under mpiexec; returns the CompletedProcess (stdout/stderr as text)."""
     n = args.ranks if ranks is None else ranks
-    cmd = [args.mpiexec, "-n", str(n), args.divsim, "--quiet", *extra]
+    cmd = [args.mpiexec, "-n", str(n), *mpiexec_options, args.divsim, "--quiet", *extra]
     proc = subprocess.run(cmd, cwd=args.workdir, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

@@ -140,8 +140,34 @@ def hdf5_source(args):
                f"{name}: the HDF5 source's run equals the IDX source's bit for bit ({len(a)} datasets; differ: {differ})")
 
 
+def step_allocations(args):
+    """The step loop allocates no memory: divsim's own heap allocations (its code and the C++ library's,
+    counted by the LD_PRELOAD library alloc_counter.cpp; MPICH's, HDF5's and OpenBLAS's internals are
+    theirs) are the same for N and 2N steps, per process, in each reduction mode, with virtual ranks,
+    BatchNorm, dropout, accumulation, layer statistics and epoch changes inside the counted steps. The
+    final flush and evaluation happen once in both runs; periodic flushes are pushed past the run."""
+    jobs = {"mpi W=1": (1, ["--dist.world_size=1"]),
+            "ring W=4 on 2 processes": (2, ["--dist.world_size=4", "--dist.reduce=ring"]),
+            "deterministic W=4 on 2 processes, SyncBN, 2 micro-steps": (
+                2, ["--dist.world_size=4", "--dist.reduce=deterministic", "--dist.sync_bn=true", "--batch.max_micro=32"])}
+    common = ["--data.train_size=2048", "--data.test_size=1000", "--batch.global=256", "--model.batchnorm=true",
+              "--model.dropout=0.1", "--record.layers_every=10", "--record.flush_every=1000", "--train.eval_every=0"]
+    for name, (procs, extra) in jobs.items():
+        counts = []
+        for steps in (30, 60):
+            out = os.path.join(args.workdir, f"counts{len(counts)}")
+            os.makedirs(out, exist_ok=True)
+            env = ["-genv", "LD_PRELOAD", args.preload, "-genv", "DIVSIM_ALLOC_COUNT_DIR", out]
+            run(args, common + extra + [f"--train.steps={steps}", f"--run.out=alloc{steps}.h5", "--run.overwrite=true"],
+                ranks=procs, mpiexec_options=env)
+            counts.append([int(open(os.path.join(out, f"rank{r}.txt")).read()) for r in range(procs)])
+        expect(all(c > 0 for c in counts[0]), f"{name}: the counter sees divsim's allocations ({counts[0]})")
+        expect(counts[0] == counts[1], f"{name}: allocations per process, 30 steps {counts[0]}, 60 steps {counts[1]}")
+
+
 if __name__ == "__main__":
     commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
-                "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source}
+                "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source,
+                "step-allocations": step_allocations}
     a = parse_args(list(commands))
     commands[a.command](a)

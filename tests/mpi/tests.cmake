@@ -26,6 +26,13 @@ divsim_mpi_test(NAME mpi.reproducible_bn_dropout.n4 LABELS mpi SCRIPT test_engin
 divsim_mpi_test(NAME mpi.bad_input LABELS mpi SCRIPT test_engine.py ARGS bad-input --ranks 2)
 divsim_mpi_test(NAME mpi.print_config_roundtrip LABELS mpi SCRIPT test_engine.py ARGS print-config --ranks 2)
 divsim_mpi_test(NAME mpi.hdf5_source.n2 LABELS mpi SCRIPT test_engine.py ARGS hdf5-source --ranks 2)
+# No heap allocation in the step loop, counted by an LD_PRELOAD library around the real allocator. Not
+# under the sanitizers: ASan must be the first library loaded and replaces malloc itself.
+if(NOT DIVSIM_SANITIZE)
+  add_library(divsim_alloc_counter SHARED ${CMAKE_CURRENT_LIST_DIR}/alloc_counter.cpp)
+  divsim_mpi_test(NAME mpi.step_allocations LABELS mpi SCRIPT test_engine.py
+                  ARGS step-allocations --preload $<TARGET_FILE:divsim_alloc_counter>)
+endif()
 divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engine.py ARGS default-accuracy --ranks 4
                 TIMEOUT 900)
 
