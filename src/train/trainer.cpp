@@ -217,7 +217,7 @@ class Run {
   void reset_knobs(Replica& r, std::int64_t step) const;
   void local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer);
   void own_gradient(Replica& r);  // r.own_grad = the rank's mean gradient before the reduction
-  void reduce(std::int64_t step);
+  void reduce();
   bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
   void checkpoint(TrajectoryWriter& writer, std::int64_t step);
   void replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const;
@@ -587,7 +587,7 @@ void Run::own_gradient(Replica& r) {
 // The gradient allreduce with its participation and ordering knobs. Ranks left out contribute zeros
 // (adding +0 changes no sum) and the others divide by the number of participants; ranks with their own
 // ring order take the sum of the same contributions summed in that order.
-void Run::reduce(std::int64_t step) {
+void Run::reduce() {
   const std::size_t np = model_.num_params();
   // Participation and ring orders are knobs only faults change: without faults every rank takes part
   // in the one reduction, and the step needs no collective to agree on that.
@@ -635,7 +635,6 @@ void Run::reduce(std::int64_t step) {
       for (std::size_t i = 0; i < np; ++i) r.grads[i] = copies[k][i] / d;
     }
   }
-  (void)step;
   for (Replica& r : replicas_) {
     if (r.knobs.participates) {
       if (!r.last_grad.empty()) std::copy_n(r.grads.begin(), np, r.last_grad.begin());
@@ -789,7 +788,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
     reducer_->sum_statistics(loss_parts, static_cast<int>(parts), std::span<double>(&global_loss, 1));
     global_loss /= static_cast<double>(plan_.global_batch);
 
-    reduce(step);
+    reduce();
     const bool skip_nonfinite = handle_nonfinite(step, loss, gnorm_local);
 
     for (std::size_t k = 0; k < R; ++k) {
