@@ -1,6 +1,8 @@
 """Engine integration tests (issue: the training-loop engine): schema, replicas in sync, bitwise
-reproducibility, bad input, --print-config round trip, and the default scenario's accuracy."""
+reproducibility, bad input, --print-config round trip, the default scenario's accuracy, the HDF5 data source, and no
+allocation in the step loop."""
 import os
+import pathlib
 
 import h5py
 import numpy as np
@@ -160,7 +162,9 @@ def step_allocations(args):
             env = ["-genv", "LD_PRELOAD", args.preload, "-genv", "DIVSIM_ALLOC_COUNT_DIR", out]
             run(args, common + extra + [f"--train.steps={steps}", f"--run.out=alloc{steps}.h5", "--run.overwrite=true"],
                 ranks=procs, mpiexec_options=env)
-            counts.append([int(open(os.path.join(out, f"rank{r}.txt")).read()) for r in range(procs)])
+            files = [os.path.join(out, f"rank{r}.txt") for r in range(procs)]
+            expect(all(os.path.exists(f) for f in files), f"{name}, {steps} steps: the counter reported for every process")
+            counts.append([int(pathlib.Path(f).read_text()) for f in files])
         expect(all(c > 0 for c in counts[0]), f"{name}: the counter sees divsim's allocations ({counts[0]})")
         expect(counts[0] == counts[1], f"{name}: allocations per process, 30 steps {counts[0]}, 60 steps {counts[1]}")
 
