@@ -39,13 +39,18 @@ def alive(pid):
     return stat[stat.rfind(")") + 2] != "Z"
 
 
-def wait_for(predicate, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+def poll_until(predicate, deadline):
+    """True as soon as predicate() holds, False once time.monotonic() passes deadline."""
+    while time.monotonic() < deadline:
         if predicate():
-            return
+            return True
         time.sleep(0.05)
-    sys.exit(f"NOT OK: gave up waiting for {what}")
+    return False
+
+
+def wait_for(predicate, timeout, what):
+    if not poll_until(predicate, time.monotonic() + timeout):
+        sys.exit(f"NOT OK: gave up waiting for {what}")
 
 
 def trial(args, name, sig, victim, phase, rng):
@@ -67,12 +72,10 @@ def trial(args, name, sig, victim, phase, rng):
         os.kill(ranks[victim], sig)
         killed_at = time.monotonic()
         rc, _, err = job.wait(timeout=60)
-        took = time.monotonic() - killed_at
         # mpiexec may return while the ranks it killed are still tearing down their memory (not yet
         # zombies); they count as survivors only if they outlive the limit.
-        while any(alive(p) for p in ranks) and time.monotonic() - killed_at < args.limit:
-            time.sleep(0.05)
-        took = max(took, time.monotonic() - killed_at)
+        poll_until(lambda: not any(alive(p) for p in ranks), killed_at + args.limit)
+        took = time.monotonic() - killed_at
     finally:
         kill_tree(job.pid)
     survivors = [p for p in ranks if alive(p)]
