@@ -16,6 +16,8 @@ def parse_args(commands):
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--workdir", required=True)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--procs", type=int, help="MPI processes for the --ranks logical ranks (dist.world_size); "
+                                             "default: one process per rank")
     p.add_argument("--bn-dropout", action="store_true")
     p.add_argument("--preload", help="a shared library for LD_PRELOAD (mpi.step_allocations)")
     args = p.parse_args()
@@ -25,9 +27,16 @@ def parse_args(commands):
 
 
 def run(args, extra, ranks=None, check=True, timeout=600, mpiexec_options=()):
-    """Runs divsim under mpiexec; returns the CompletedProcess (stdout/stderr as text)."""
-    n = args.ranks if ranks is None else ranks
-    cmd = [args.mpiexec, "-n", str(n), *mpiexec_options, args.divsim, "--quiet", *extra]
+    """Runs divsim under mpiexec; returns the CompletedProcess (stdout/stderr as text). `ranks`, when
+    given, is the process count and overrides the command line's --ranks and --procs (extra may then
+    set dist.world_size itself)."""
+    if ranks is not None:
+        n, world = ranks, []
+    elif args.procs:
+        n, world = args.procs, [f"--dist.world_size={args.ranks}"]
+    else:
+        n, world = args.ranks, []
+    cmd = [args.mpiexec, "-n", str(n), *mpiexec_options, args.divsim, "--quiet", *world, *extra]
     proc = subprocess.run(cmd, cwd=args.workdir, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         sys.exit(f"FAILED: {' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")

@@ -40,7 +40,7 @@ def shared_baseline(args, base_text, options):
     key = hashlib.sha256()
     with open(args.divsim, "rb") as fh:
         key.update(fh.read())
-    key.update(repr((args.ranks, base_text, options)).encode())
+    key.update(repr((args.ranks, args.procs, base_text, options)).encode())
     cache = os.path.join(os.path.dirname(os.path.abspath(args.workdir)), "fault-baselines")
     os.makedirs(cache, exist_ok=True)
     out = os.path.join(cache, key.hexdigest()[:24] + ".h5")
