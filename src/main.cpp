@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "comm/abort_job.hpp"
 #include "config/options.hpp"
 #include "record/recover_command.hpp"
 #include "train/termination.hpp"
@@ -72,9 +73,7 @@ int main(int argc, char** argv) {
     return 4;
   } catch (const std::exception& e) {
     // A rank failing alone during the run must not leave the others waiting in a collective.
-    std::fprintf(stderr, "divsim: error on rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, divsim::exit_code_for(std::current_exception()));
+    divsim::abort_job(MPI_COMM_WORLD, divsim::exit_code_for(std::current_exception()), e.what());
   }
   MPI_Finalize();
   return 0;

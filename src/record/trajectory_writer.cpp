@@ -4,11 +4,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <type_traits>
+
+#include "comm/abort_job.hpp"
 
 namespace divsim {
 
@@ -68,13 +69,10 @@ std::string prepare_output(const std::string& final_path, bool overwrite) {
 void check_collective(MPI_Comm comm, herr_t result, std::string_view what) {
   if (result >= 0) return;
   const std::string message = std::string(what) + ": " + h5::take_error_stack();
-  int procs = 1, rank = 0;
+  int procs = 1;
   MPI_Comm_size(comm, &procs);
   if (procs == 1) throw IoError(message);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "divsim: error on rank %d: %s\n", rank, message.c_str());
-  std::fflush(stderr);
-  MPI_Abort(comm, 3);
+  abort_job(comm, 3, message);
 }
 
 // Every process returns process 0's string (used to fail on all processes together).

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "comm/abort_job.hpp"
+
 namespace divsim {
 
 namespace {
@@ -48,7 +50,7 @@ void Watchdog::watch() {
                  "rank is hung or lost, or the file system is stuck; ending the job\n",
                  rank_, step_.load() < 0 ? "set-up before step " : "step ", std::max<long long>(0, step_.load()), idle,
                  timeout_s_);
-    std::fflush(stderr);
+    wait_for_stderr_reader();
     std::_Exit(1);  // no MPI call from this thread: mpiexec sees the exit and ends the other processes
   }
 }
