@@ -37,22 +37,18 @@ divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engin
                 TIMEOUT 900)
 
 # One test per fault of the catalog (inputs/faults/<name>.ini at W=4 against its baseline), and all of
-# them in one short run. Label long: trajectories of a few hundred steps that take minutes each under the
-# sanitizers; the sanitizer stage leaves them out and runs fault.all_at_once and the short repro tests.
-# The per-fault tests run their 4 logical ranks on 2 processes (2 each: the faulty rank shares its process
+# them in one short run. The per-fault tests run their 4 logical ranks on 2 processes (2 each: the faulty rank shares its process
 # with a healthy one, and the exchange still crosses processes), 3-4x faster than 4 busy-polling processes
 # on 2 cores; fault.all_at_once runs every fault on 4 processes, one rank each.
 foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank accum_misalign loss_skew
               optimizer_state_reset loss_scaler_desync reduction_order reduction_order_shuffle bitflip stale_scheduler
               clip_mismatch)
-  divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults;long" SCRIPT test_faults.py ARGS ${fault} --ranks 4 --procs 2)
+  divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4 --procs 2)
 endforeach()
 divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
-foreach(case invariance derived_accumulation ring_buckets virtual_ranks)
+foreach(case invariance invariance_sync_bn invariance_global_batch derived_accumulation ring_buckets world_size_noise
+             virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
-endforeach()
-foreach(case invariance_sync_bn invariance_global_batch world_size_noise)
-  divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro;long" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()
