@@ -72,9 +72,10 @@ def world_size_noise(args):
     """mpi and ring at W=2 vs W=4 (fixed global batch): equal in exact arithmetic, different in float.
     Step 0 (no reduction yet) differs only through the products' kernels, which OpenBLAS picks by shape
     (128 vs 64 rows per rank; Eigen gives equal rows: ~1e-16, the loss sum), ~5e-10 relative here.
-    Measured on this model (see docs/reproducibility.md): ~2e-10 relative at step 1 (the same on 4 processes
-    as on 2), growing by orders of magnitude over 300 steps as the trajectories part. Bounds: below 1e-7 at step 0 and 1e-5 at step 1
-    (a handful of ulps of float32 accumulated over a few hundred thousand terms), above it later."""
+    Measured on this model (see docs/reproducibility.md): ~2e-10 relative at step 1 (the same on 4
+    processes as on 2), growing by orders of magnitude over 300 steps as the trajectories part. Bounds:
+    below 1e-7 at step 0 and 1e-5 at step 1 (a handful of ulps of float32 accumulated over a few hundred
+    thousand terms), above it later."""
     extra = SMALL + ["--batch.global=256", "--train.steps=300", "--sampler.mode=global_batch"]
     for mode in ["mpi", "ring"]:
         for w in [2, 4]:  # on 2 processes: the noise comes from the logical ranks' sums, not the layout

@@ -37,9 +37,9 @@ divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engin
                 TIMEOUT 900)
 
 # One test per fault of the catalog (inputs/faults/<name>.ini at W=4 against its baseline), and all of
-# them in one short run. The per-fault tests run their 4 logical ranks on 2 processes (2 each: the faulty rank shares its process
-# with a healthy one, and the exchange still crosses processes), 3-4x faster than 4 busy-polling processes
-# on 2 cores; fault.all_at_once runs every fault on 4 processes, one rank each.
+# them in one short run. The per-fault tests run their 4 logical ranks on 2 processes (2 each: the faulty
+# rank shares its process with a healthy one, and the exchange still crosses processes), 2-4x faster than 4
+# busy-polling processes on 2 cores; fault.all_at_once runs every fault on 4 processes, one rank each.
 foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank accum_misalign loss_skew
               optimizer_state_reset loss_scaler_desync reduction_order reduction_order_shuffle bitflip stale_scheduler
               clip_mismatch)
