@@ -25,11 +25,11 @@ class BenchError(RuntimeError):
     """A measurement could not be taken as asked (missing binary, failed run): not a slow result."""
 
 
-def add_divsim_arguments(ap):
+def add_divsim_arguments(ap, repeats=3):
     ap.add_argument("--divsim", default=os.path.join(REPO, "build", "divsim"),
                     help="the divsim binary; the bench helpers are looked for in <its folder>/bench/")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec.mpich") or shutil.which("mpiexec") or "mpiexec")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per point; the fastest counts")
+    ap.add_argument("--repeats", type=int, default=repeats, help="runs per point; the fastest counts")
 
 
 def check_divsim(path):
