@@ -6,13 +6,11 @@ Minimum: record.layers_every=0, record.flush_every=100000 (one write at the end)
 (the default too). The per-step rows themselves (losses, norms, parameter hashes) are part of every
 run and are in both figures. Default model (784-256-128-10) and batch (256); W logical ranks on P
 processes per layout. Every point is run --repeats times, interleaved. The overhead is the median over
-the repeats of the ratio within each adjacent pair of runs (the two ran a few seconds apart, so a drift
-of the machine's speed cancels), with the ratio of the fastest runs beside it. The difference measured
-is a few percent, and on a noisy machine one run moves by 20% and more (2026-12-03, W = 4 on 2
-processes, 12 pairs: 268 to 426 steps/s; fastest runs +0.9%, median of the pairs +2.5%; a best of 6
-just before had read +11%, a best of 8 at W = 1 +9.1% against a median of the pairs of +0.8%): the
-fastest run alone, which the other tables use, is too noisy for a difference this small. Five repeats
-by default, not three.
+the repeats of the ratio within each adjacent pair of runs (a few seconds apart, so a drift of the
+machine's speed cancels), with the ratio of the fastest runs beside it: the difference measured is a
+few percent, and on a noisy machine one run moves by 20% and more, which the fastest run alone (what
+the other tables use) does not average out (docs/performance.md has the figures). Five repeats by
+default, not three.
 
 usage: bench/recording.py [--quick] [--write docs/performance.md] [--layouts 1x1,4x2] [--steps 1000]
        [--repeats 5] [--divsim build/divsim]

@@ -2,7 +2,7 @@
 """Runs every bench/ script and prints (or, with --write DOC, rewrites in DOC) each one's table, plus a
 section describing the build and machine they were measured on.
 
-Full settings take about 7 minutes on 2 cores (the virtual-rank sweep is a third of it); --quick
+Full settings take about 8 minutes on 2 cores (the virtual-rank sweep is a third of it); --quick
 passes every script its reduced settings (a few minutes in all: for checking that the scripts work,
 not for figures). Run it on an otherwise idle machine: every figure is a rate.
 
