@@ -29,7 +29,7 @@ def add_divsim_arguments(ap, repeats=3):
     ap.add_argument("--divsim", default=os.path.join(REPO, "build", "divsim"),
                     help="the divsim binary; the bench helpers are looked for in <its folder>/bench/")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec.mpich") or shutil.which("mpiexec") or "mpiexec")
-    ap.add_argument("--repeats", type=int, default=repeats, help="runs per point; the fastest counts")
+    ap.add_argument("--repeats", type=int, default=repeats, help="runs per point, interleaved (each script says how they combine)")
 
 
 def check_divsim(path):
