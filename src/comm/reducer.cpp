@@ -7,6 +7,7 @@ namespace divsim {
 std::unique_ptr<Reducer> make_mpi_reducer(MPI_Comm comm, const ReduceLayout& layout);
 std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceLayout& layout);
 std::unique_ptr<Reducer> make_ring_reducer(MPI_Comm comm, const ReduceLayout& layout);
+std::unique_ptr<Reducer> make_tree_reducer(MPI_Comm comm, const ReduceLayout& layout);
 
 ReduceMode parse_reduce_mode(const std::string& name) {
   if (name == "mpi") return ReduceMode::mpi;
@@ -19,7 +20,8 @@ std::unique_ptr<Reducer> make_reducer(ReduceMode mode, MPI_Comm comm, const Redu
   switch (mode) {
     case ReduceMode::mpi: return make_mpi_reducer(comm, layout);
     case ReduceMode::ring: return make_ring_reducer(comm, layout);
-    case ReduceMode::deterministic: return make_deterministic_reducer(comm, layout);
+    case ReduceMode::deterministic:
+      return layout.tree_block.empty() ? make_deterministic_reducer(comm, layout) : make_tree_reducer(comm, layout);
   }
   throw std::logic_error("unreachable");
 }

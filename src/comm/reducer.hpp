@@ -28,6 +28,11 @@ struct ReduceLayout {
   std::vector<std::pair<std::size_t, std::size_t>> tensors;
   std::size_t num_params = 0;
   double bucket_cap_mb = 25.0;        // ring: DDP bucket_cap_mb
+  // deterministic: when the step's canonical chunks are a power of two, they are summed by one fixed
+  // pairwise tree (comm/tree_reducer.cpp) in which every logical rank's chunks form one subtree.
+  // tree_slots: a rank's gradient parts in the tree's order; tree_block[g]: logical rank g's position
+  // among the ranks' subtrees. Empty: the exact fixed-point sum (comm/deterministic_reducer.cpp).
+  std::vector<int> tree_slots, tree_block;
 };
 
 class Reducer {
@@ -36,6 +41,13 @@ class Reducer {
   // grads[k]: local logical rank k's gradient area, `parts` partials of num_params floats each.
   // Afterwards the first num_params floats of every grads[k] hold (sum over all ranks and parts) / divisor.
   virtual void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) = 0;
+  // Before anything reads a rank's gradient: a mode that combines each rank's parts on its own does so
+  // into the first part and returns 1; the others leave them and return parts. What it returns is the
+  // `parts` of everything after, allreduce_gradients included.
+  virtual int combine_local_parts(std::span<const std::span<float>> grads, int parts) {
+    (void)grads;
+    return parts;
+  }
   // values: [rank_count][parts][n] partial sums; out[n] = their sum over all logical ranks and parts.
   virtual void sum_statistics(std::span<const double> values, int parts, std::span<double> out) = 0;
 };

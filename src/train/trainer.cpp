@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -96,6 +97,31 @@ std::int64_t deterministic_chunk(const RunConfig& cfg, const BatchPlan& plan) {
                                             std::to_string(plan.micro_batch) + " at world size " +
                                             std::to_string(plan.world_size) + "; choose a divisor of it");
   return c;
+}
+
+// bit_reverse(x, k): x's log2(k) low bits in reverse order (k a power of two).
+std::size_t bit_reverse(std::size_t x, std::size_t k) {
+  std::size_t r = 0;
+  for (std::size_t bit = 1; bit < k; bit <<= 1, x >>= 1) r = (r << 1) | (x & 1);
+  return r;
+}
+
+// Deterministic mode's fixed tree (comm/tree_reducer.cpp), when the step's C chunks are a power of two
+// (else the fixed-point sum takes the step, at every world size alike: C does not depend on W). A
+// chunk's place among the tree's C leaves follows from the global positions it holds, so it is the same
+// at every world size, and each rank's chunks are one subtree of L = C / W leaves:
+// - global_batch: chunk i of the step holds positions [i c, (i + 1) c): place i; rank g's places are
+//   [g L, (g + 1) L), its part m Q + q (micro-step m, chunk q of Q) at place g L + m Q + q.
+// - distributed: chunk (micro-step m, start s) holds positions m G/M + s + t S, t < c, with S = G / (M c)
+//   starts; rank g's chunks have s = g + q W, and place bit_reverse(s, S) M + m = bit_reverse(g, W) L +
+//   bit_reverse(q, Q) M + m puts them at rank position bit_reverse(g, W).
+void plan_tree(ReduceLayout& layout, bool distributed, std::size_t chunks_per_micro, std::size_t micro_steps) {
+  const auto W = static_cast<std::size_t>(layout.world_size), Q = chunks_per_micro, M = micro_steps;
+  if (!std::has_single_bit(W * Q * M)) return;
+  const std::size_t L = Q * M;
+  for (std::size_t i = 0; i < L; ++i)
+    layout.tree_slots.push_back(static_cast<int>(distributed ? (i % M) * Q + bit_reverse(i / M, Q) : i));
+  for (std::size_t g = 0; g < W; ++g) layout.tree_block.push_back(static_cast<int>(distributed ? bit_reverse(g, W) : g));
 }
 
 std::string iso_time_utc() {
@@ -244,6 +270,7 @@ class Run {
   std::unique_ptr<FaultSet> faults_;
   std::vector<Replica> replicas_;
   std::vector<std::span<float>> grad_spans_;
+  int reduce_parts_ = 1;  // gradient parts per rank once the reducer has combined its own (every step)
   std::vector<std::vector<float>> ring_copies_;
   struct OrderRow {
     double participates, cap, rotation;
@@ -344,6 +371,9 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   reduce_layout_.num_params = model_.num_params();
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
+  if (deterministic_)
+    plan_tree(reduce_layout_, cfg_.sampler.mode == "distributed", static_cast<std::size_t>(plan_.micro_batch / es.chunk),
+              static_cast<std::size_t>(plan_.accum_steps));
   if (cfg_.dist.backend == "nccl") {
 #ifdef DIVSIM_HAVE_CUDA
     reducer_ = make_nccl_reducer(comm_, reduce_layout_);
@@ -542,7 +572,7 @@ DIVSIM_WIDE_VECTORS double scaled_sum_of_squares(const double* v, std::size_t n,
 // per-layer L2 norms. Deterministic mode keeps unscaled chunk partials, summed here.
 void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) {
   const std::size_t L = model_.layers().size(), np = model_.num_params();
-  const auto parts = static_cast<std::size_t>(engine_->grad_parts());
+  const auto parts = static_cast<std::size_t>(reduce_parts_);
   const double scale = deterministic_ ? 1.0 / static_cast<double>(plan_.per_rank_step()) : 1.0;
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
   part_sums_.resize(kPartBlock);
@@ -574,7 +604,7 @@ void Run::own_gradient(Replica& r) {
   r.own_grad.resize(np);
   std::copy_n(r.grads.begin(), np, r.own_grad.begin());
   if (!deterministic_) return;
-  const auto parts = static_cast<std::size_t>(engine_->grad_parts());
+  const auto parts = static_cast<std::size_t>(reduce_parts_);
   const double scale = 1.0 / static_cast<double>(plan_.per_rank_step());
   part_sums_.resize(kPartBlock);
   for (std::size_t lo = 0; lo < np; lo += kPartBlock) {
@@ -620,7 +650,7 @@ void Run::reduce() {
       ring_copies_[k].assign(replicas_[k].grads.begin(), replicas_[k].grads.begin() + static_cast<std::ptrdiff_t>(np));
   }
 
-  reducer_->allreduce_gradients(grad_spans_, engine_->grad_parts(), divisor);
+  reducer_->allreduce_gradients(grad_spans_, reduce_parts_, divisor);
 
   std::vector<std::span<float>> spans;
   for (const RingOrder& order : orders_) {
@@ -775,6 +805,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
         for (std::size_t i = k * L * kStatCount; i < (k + 1) * L * kStatCount; ++i) stats.backward[i] *= unscale;
       }
     for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
+    reduce_parts_ = reducer_->combine_local_parts(grad_spans_, static_cast<int>(parts));
     local_gradient_norms(gnorm_local, stats.grad_norm);
     for (std::size_t k = 0; k < R; ++k) {
       Replica& r = replicas_[k];

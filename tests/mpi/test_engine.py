@@ -148,11 +148,15 @@ def step_allocations(args):
     theirs) are the same for N and 2N steps, per process, in each reduction mode, with virtual ranks,
     BatchNorm, dropout, accumulation, layer statistics and epoch changes inside the counted steps. The
     final flush and evaluation happen once in both runs; periodic flushes are pushed past the run."""
-    jobs = {"mpi W=1": (1, ["--dist.world_size=1"]),
-            "ring W=4 on 2 processes": (2, ["--dist.world_size=4", "--dist.reduce=ring"]),
-            "deterministic W=4 on 2 processes, SyncBN, 2 micro-steps": (
-                2, ["--dist.world_size=4", "--dist.reduce=deterministic", "--dist.sync_bn=true", "--batch.max_micro=32"])}
-    common = ["--data.train_size=2048", "--data.test_size=1000", "--batch.global=256", "--model.batchnorm=true",
+    jobs = {"mpi W=1": (1, ["--dist.world_size=1", "--batch.global=256"]),
+            "ring W=4 on 2 processes": (2, ["--dist.world_size=4", "--dist.reduce=ring", "--batch.global=256"]),
+            "deterministic (tree: 8 chunks) W=4 on 2 processes, SyncBN, 2 micro-steps": (
+                2, ["--dist.world_size=4", "--dist.reduce=deterministic", "--dist.sync_bn=true", "--batch.max_micro=32",
+                    "--batch.global=256"]),
+            "deterministic (fixed point: 24 chunks) W=4 on 2 processes, SyncBN, 2 micro-steps": (
+                2, ["--dist.world_size=4", "--dist.reduce=deterministic", "--dist.sync_bn=true", "--batch.max_micro=30",
+                    "--batch.global=240"])}
+    common = ["--data.train_size=2048", "--data.test_size=1000", "--model.batchnorm=true",
               "--model.dropout=0.1", "--record.layers_every=10", "--record.flush_every=1000", "--train.eval_every=0"]
     for name, (procs, extra) in jobs.items():
         counts = []

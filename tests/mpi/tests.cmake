@@ -48,7 +48,7 @@ endforeach()
 divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
-foreach(case invariance invariance_sync_bn invariance_global_batch derived_accumulation ring_buckets world_size_noise
-             virtual_ranks)
+foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree derived_accumulation ring_buckets
+             world_size_noise virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()

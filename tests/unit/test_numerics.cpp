@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "numerics/bits.hpp"
+#include "numerics/pairwise_sum.hpp"
 #include "numerics/philox.hpp"
 
 using namespace divsim;
@@ -149,4 +150,53 @@ TEST(FixedPointConversion, Int64ToDoubleIsTheCastForEveryInt64) {
   for (std::int64_t v : vs)
     ASSERT_EQ(std::bit_cast<std::uint64_t>(int64_to_double(v)), std::bit_cast<std::uint64_t>(static_cast<double>(v)))
         << "v = " << v;
+}
+
+namespace {
+// The tree written out: sum(lo, count) = sum(lo, count / 2) + sum(lo + count / 2, count / 2), in float.
+float tree_reference(const std::vector<std::vector<float>>& leaves, std::size_t lo, std::size_t count, std::size_t i) {
+  if (count == 1) return leaves[lo][i];
+  const float left = tree_reference(leaves, lo, count / 2, i);
+  const float right = tree_reference(leaves, lo + count / 2, count / 2, i);
+  return left + right;
+}
+}  // namespace
+
+TEST(PairwiseSum, IsTheBalancedTreeInLeafOrder) {
+  // Magnitudes from 2^-30 to 2^30 with both signs: every grouping other than the tree's rounds
+  // differently somewhere. 1000 elements: several blocks of the implementation and a partial one.
+  const std::size_t n = 1000;
+  for (const std::size_t count : {1u, 2u, 4u, 8u, 16u, 64u}) {
+    std::vector<std::vector<float>> leaves(count, std::vector<float>(n));
+    for (std::size_t j = 0; j < count; ++j)
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t u = KeyedStream(3, Stream::dropout, static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(i), 0).u32(0);
+        leaves[j][i] = std::ldexp(1.0f + static_cast<float>(u & 0xffff) / 65536.0f, static_cast<int>(u >> 16) % 61 - 30) *
+                       ((u >> 31) != 0 ? -1.0f : 1.0f);
+      }
+    std::vector<const float*> ptrs;
+    for (const auto& l : leaves) ptrs.push_back(l.data());
+    std::vector<float> out(n);
+    pairwise_sum(ptrs, n, out.data());
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(tree_reference(leaves, 0, count, i)))
+          << count << " leaves, element " << i;
+    // In place, into the first and into the last leaf: the same bits.
+    for (const std::size_t target : {std::size_t{0}, count - 1}) {
+      std::vector<std::vector<float>> copy = leaves;
+      std::vector<const float*> cp;
+      for (const auto& l : copy) cp.push_back(l.data());
+      pairwise_sum(cp, n, copy[target].data());
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(copy[target][i], out[i]) << count << " leaves, in place into " << target;
+    }
+  }
+  // Not a left-to-right sum: with 2^24 + 1 + 1 + 1 the tree gives (2^24 + 1) + (1 + 1) = 2^24 + 2, a
+  // sequential sum 2^24 (each + 1 is lost to rounding).
+  const std::vector<float> big{0x1p24f}, one{1.0f};
+  const std::vector<const float*> four{big.data(), one.data(), one.data(), one.data()};
+  float r = 0.0f;
+  pairwise_sum(four, 1, &r);
+  EXPECT_EQ(r, 0x1p24f + 2.0f);
+  const std::vector<const float*> three{big.data(), one.data(), one.data()};
+  EXPECT_THROW(pairwise_sum(three, 1, &r), std::logic_error);
 }
