@@ -569,7 +569,8 @@ DIVSIM_WIDE_VECTORS double scaled_sum_of_squares(const double* v, std::size_t n,
 }  // namespace
 
 // The rank's own gradient (mean over its samples of the step) before any communication: total and
-// per-layer L2 norms. Deterministic mode keeps unscaled chunk partials, summed here.
+// per-layer L2 norms. Deterministic mode: unscaled; the fixed-point sum keeps the chunk partials, summed
+// here (the tree has summed them into the first already).
 void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) {
   const std::size_t L = model_.layers().size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(reduce_parts_);
