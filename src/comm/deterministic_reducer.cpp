@@ -17,6 +17,7 @@
 
 #include "comm/collectives.hpp"
 #include "comm/reducer.hpp"
+#include "comm/statistics.hpp"
 #include "numerics/bits.hpp"
 #include "numerics/simd.hpp"
 
@@ -106,31 +107,10 @@ class DeterministicReducer final : public Reducer {
   }
 
   void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
-    check_parts(parts);
-    const std::size_t n = out.size();
-    const std::size_t rows = values.size() / n;
-    if (rows != static_cast<std::size_t>(layout_.rank_count * parts)) throw std::logic_error("sum_statistics: bad layout");
-    stat_max_.assign(n, 0.0);  // statistics are small vectors: one scale per element
-    stat_fixed_.assign(n, 0);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t i = 0; i < n; ++i) stat_max_[i] = std::fmax(stat_max_[i], magnitude(values[r * n + i]));
-    allreduce_in_place(stat_max_.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::isfinite(stat_max_[i]))
-          stat_fixed_[i] += static_cast<std::int64_t>(std::nearbyint(std::ldexp(values[r * n + i], scale_exponent(stat_max_[i]))));
-    allreduce_in_place(stat_fixed_.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm_);
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = std::isfinite(stat_max_[i])
-                   ? std::ldexp(static_cast<double>(stat_fixed_[i]), -scale_exponent(stat_max_[i]))
-                   : std::numeric_limits<double>::quiet_NaN();
+    sum_statistics_fixed_point(values, layout_.rank_count * parts, out, comm_, stat_scratch_);
   }
 
  private:
-  // NaN must win the max so that it propagates (fmax would drop it).
-  static double magnitude(double v) {
-    return std::isnan(v) ? std::numeric_limits<double>::infinity() : std::fabs(v);
-  }
   void check_parts(int parts) const {
     if (static_cast<long long>(parts) * layout_.rank_count * processes_ > (1LL << kHeadroomBits))
       throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
@@ -142,11 +122,35 @@ class DeterministicReducer final : public Reducer {
   std::vector<std::int64_t> fixed_;
   std::vector<double> max_;
   std::vector<const float*> partials_;
-  std::vector<double> stat_max_;
-  std::vector<std::int64_t> stat_fixed_;
+  FixedPointScratch stat_scratch_;
 };
 
 }  // namespace
+
+void sum_statistics_fixed_point(std::span<const double> values, int rows, std::span<double> out, MPI_Comm comm,
+                                FixedPointScratch& scratch) {
+  const std::size_t n = out.size();
+  if (values.size() != static_cast<std::size_t>(rows) * n) throw std::logic_error("sum_statistics: bad layout");
+  int processes = 1;
+  MPI_Comm_size(comm, &processes);
+  if (static_cast<long long>(rows) * processes > (1LL << kHeadroomBits))
+    throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
+  // NaN must win the max so that it propagates (fmax would drop it).
+  auto magnitude = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::infinity() : std::fabs(v); };
+  scratch.max.assign(n, 0.0);  // statistics are small vectors: one scale per element
+  scratch.fixed.assign(n, 0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
+    for (std::size_t i = 0; i < n; ++i) scratch.max[i] = std::fmax(scratch.max[i], magnitude(values[r * n + i]));
+  allreduce_in_place(scratch.max.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::isfinite(scratch.max[i]))
+        scratch.fixed[i] += static_cast<std::int64_t>(std::nearbyint(std::ldexp(values[r * n + i], scale_exponent(scratch.max[i]))));
+  allreduce_in_place(scratch.fixed.data(), static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = std::isfinite(scratch.max[i]) ? std::ldexp(static_cast<double>(scratch.fixed[i]), -scale_exponent(scratch.max[i]))
+                                           : std::numeric_limits<double>::quiet_NaN();
+}
 
 std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceLayout& layout) {
   return std::make_unique<DeterministicReducer>(comm, layout);

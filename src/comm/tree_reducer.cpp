@@ -10,7 +10,7 @@
 // float32 chunk gradients at every world size and process layout, so the bits are too. Compared with
 // the exact fixed-point sum (deterministic_reducer.cpp, used for other chunk counts) it moves floats
 // instead of 64-bit integers and has no passes for the maxima and the conversions; its rounding is
-// that of a pairwise float32 sum, as NCCL's tree gives.
+// that of a pairwise float32 sum, as a tree allreduce such as NCCL's gives.
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
@@ -19,12 +19,10 @@
 #include "comm/collectives.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/reducer.hpp"
+#include "comm/statistics.hpp"
 #include "numerics/pairwise_sum.hpp"
 
 namespace divsim {
-
-std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceLayout& layout);
-
 namespace {
 
 constexpr int kTreeTag = 32752;  // below the MPI minimum MPI_TAG_UB (32767), clear of the ring's step tags
@@ -32,7 +30,7 @@ constexpr int kTreeTag = 32752;  // below the MPI minimum MPI_TAG_UB (32767), cl
 class TreeReducer final : public Reducer {
  public:
   TreeReducer(MPI_Comm comm, const ReduceLayout& layout)
-      : comm_(comm), layout_(layout), statistics_(make_deterministic_reducer(comm, layout)) {
+      : comm_(comm), layout_(layout) {
     MPI_Comm_rank(comm, &process_);
     MPI_Comm_size(comm, &processes_);
     const auto W = static_cast<std::size_t>(layout.world_size), R = static_cast<std::size_t>(layout.rank_count);
@@ -111,7 +109,7 @@ class TreeReducer final : public Reducer {
 
   // Statistics are a few numbers per chunk: their exact fixed-point sum costs nothing worth saving.
   void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
-    statistics_->sum_statistics(values, parts, out);
+    sum_statistics_fixed_point(values, layout_.rank_count * parts, out, comm_, stat_scratch_);
   }
 
  private:
@@ -124,7 +122,6 @@ class TreeReducer final : public Reducer {
 
   MPI_Comm comm_;
   ReduceLayout layout_;
-  std::unique_ptr<Reducer> statistics_;
   int process_ = 0, processes_ = 1;
   std::vector<int> rank_at_;            // the logical rank at each position of the ranks' subtrees
   std::vector<std::size_t> begin_;      // [P + 1] element blocks
@@ -132,6 +129,7 @@ class TreeReducer final : public Reducer {
   std::vector<float> remote_;           // [W - R][my block] the other processes' roots
   std::vector<const float*> leaves_;
   std::vector<MPI_Request> requests_;
+  FixedPointScratch stat_scratch_;
 };
 
 }  // namespace
