@@ -33,6 +33,9 @@ struct ReduceLayout {
   // tree_slots: a rank's gradient parts in the tree's order; tree_block[g]: logical rank g's position
   // among the ranks' subtrees. Empty: the exact fixed-point sum (comm/deterministic_reducer.cpp).
   std::vector<int> tree_slots, tree_block;
+  // The engine has added each pair of sibling leaves (tree_slots[2j], tree_slots[2j + 1]) into the lower
+  // of their two slots, which then holds the tree's first-level sum.
+  bool tree_siblings_summed = false;
 };
 
 class Reducer {

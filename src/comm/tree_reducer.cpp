@@ -35,7 +35,7 @@ class TreeReducer final : public Reducer {
     MPI_Comm_size(comm, &processes_);
     const auto W = static_cast<std::size_t>(layout.world_size), R = static_cast<std::size_t>(layout.rank_count);
     if (!std::has_single_bit(layout.tree_slots.size()) || layout.tree_slots[0] != 0 || layout.tree_block.size() != W ||
-        !std::has_single_bit(W))
+        !std::has_single_bit(W) || (layout.tree_siblings_summed && layout.tree_slots.size() < 2))
       throw std::logic_error("tree reduction: bad tree layout");
     rank_at_.assign(W, -1);
     for (std::size_t g = 0; g < W; ++g) rank_at_.at(static_cast<std::size_t>(layout.tree_block[g])) = static_cast<int>(g);
@@ -56,9 +56,14 @@ class TreeReducer final : public Reducer {
   int combine_local_parts(std::span<const std::span<float>> grads, int parts) override {
     const std::size_t L = layout_.tree_slots.size(), n = layout_.num_params;
     if (static_cast<std::size_t>(parts) != L) throw std::logic_error("tree reduction: parts do not match the tree layout");
+    // With the siblings summed, the first-level sums are the leaves of the rest of the rank's subtree.
+    const std::size_t stride = layout_.tree_siblings_summed ? 2 : 1;
     for (const std::span<float>& g : grads) {
-      for (std::size_t i = 0; i < L; ++i) leaves_[i] = g.data() + static_cast<std::size_t>(layout_.tree_slots[i]) * n;
-      pairwise_sum(std::span<const float* const>(leaves_.data(), L), n, g.data());
+      for (std::size_t i = 0; i < L / stride; ++i) {
+        const auto s = stride == 2 ? std::min(layout_.tree_slots[2 * i], layout_.tree_slots[2 * i + 1]) : layout_.tree_slots[i];
+        leaves_[i] = g.data() + static_cast<std::size_t>(s) * n;
+      }
+      pairwise_sum(std::span<const float* const>(leaves_.data(), L / stride), n, g.data());
     }
     return 1;
   }

@@ -1,5 +1,7 @@
 #include "model/gemm_backend.hpp"
 
+#include <cstdint>
+
 #ifdef DIVSIM_HAVE_OPENBLAS
 #include <cblas.h>
 
@@ -92,5 +94,26 @@ void use_one_gemm_thread() {}
 
 std::string gemm_backend() { return "Eigen"; }
 #endif
+
+bool accumulate_adds_rounded_product(Eigen::Index k, Eigen::Index m, Eigen::Index n) {
+  // A fixed pattern in [-1, 1) with full mantissas and both signs (a test input, not a random draw).
+  auto fill = [](RowMatrix& x, std::uint32_t salt) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) {
+      const std::uint32_t h = (static_cast<std::uint32_t>(i) + salt) * 2654435761u;
+      x.data()[i] = static_cast<float>(static_cast<std::int32_t>(h >> 8) - (1 << 23)) * 0x1p-23f;
+    }
+  };
+  use_one_gemm_thread();  // the kernels the step runs
+  RowMatrix a(k, m), b(k, n), c(m, n), product(m, n);
+  fill(a, 1);
+  fill(b, 2);
+  fill(c, 3);
+  const RowMatrix before = c;
+  gemm_tn(ConstMatView(a.data(), k, m), ConstMatView(b.data(), k, n), MatView(product.data(), m, n), false);
+  gemm_tn(ConstMatView(a.data(), k, m), ConstMatView(b.data(), k, n), MatView(c.data(), m, n), true);
+  for (Eigen::Index i = 0; i < c.size(); ++i)
+    if (c.data()[i] != before.data()[i] + product.data()[i]) return false;
+  return true;
+}
 
 }  // namespace divsim

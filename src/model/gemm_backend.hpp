@@ -16,6 +16,12 @@ namespace divsim {
 // c[M,N] += a[K,M]^T b[K,N]  (the weight gradient dw += dy^T x), or c = a^T b when !accumulate: the
 // same bits as adding onto zeros, without clearing c first.
 void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate);
+// Whether gemm_tn's accumulate adds the product, rounded as when it is stored on its own, onto c with one
+// rounding per element (c + fl(a^T b)) for a[K,M], b[K,N] of these sizes. Deterministic mode then adds a
+// chunk's weight gradient onto its tree sibling's, which is the tree's first sum bit for bit. Not so
+// where a kernel splits K into blocks and adds each block's partial to c, or starts from c: probed once
+// per call on a fixed pattern with this process's kernels.
+bool accumulate_adds_rounded_product(Eigen::Index k, Eigen::Index m, Eigen::Index n);
 // c[M,N] = a[M,K] b[K,N]     (the input gradient dx = dy w)
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
 // c[M,N] = a[M,K] b[N,K]^T   (the forward product y = x w^T)

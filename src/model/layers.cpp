@@ -18,11 +18,19 @@ void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw
                      GradWrite write) {
   const bool accumulate = write == GradWrite::accumulate;
   gemm_tn(dy, x, dw, accumulate);
-  if (!accumulate) std::fill(db.begin(), db.end(), 0.0f);
   // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
-  // bits would depend on where the buffer happens to lie in memory. Rows are added in order here.
-  for (Eigen::Index i = 0; i < dy.rows(); ++i)
-    for (Eigen::Index c = 0; c < dy.cols(); ++c) db[static_cast<std::size_t>(c)] += dy(i, c);
+  // bits would depend on where the buffer happens to lie in memory. Rows are added in order here, into
+  // a block of column sums that is then stored or added onto db, as the product is onto dw.
+  constexpr Eigen::Index kBlock = 256;
+  float sums[kBlock];
+  for (Eigen::Index c0 = 0; c0 < dy.cols(); c0 += kBlock) {
+    const Eigen::Index n = std::min(kBlock, dy.cols() - c0);
+    std::fill_n(sums, n, 0.0f);
+    for (Eigen::Index i = 0; i < dy.rows(); ++i)
+      for (Eigen::Index c = 0; c < n; ++c) sums[c] += dy(i, c0 + c);
+    float* out = db.data() + c0;
+    for (Eigen::Index c = 0; c < n; ++c) out[c] = accumulate ? out[c] + sums[c] : sums[c];
+  }
   if (dx.rows() > 0) gemm_nn(dy, w, dx);
 }
 

@@ -19,7 +19,9 @@ namespace divsim {
 void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, MatView y);
 // dw[OUT,IN] += dy^T x ; db[OUT] += column sums of dy ; dx[B,IN] = dy w (skipped when dx has no rows).
 // GradWrite::overwrite stores dw and db instead of adding (bit for bit adding onto zeros), so a
-// step's first micro-batch needs no cleared gradient buffer.
+// step's first micro-batch needs no cleared gradient buffer. The column sums are added onto db as one
+// sum each, and so is the product onto dw where accumulate_adds_rounded_product (gemm_backend.hpp)
+// holds: then accumulating is adding the overwritten result, one rounding per element.
 enum class GradWrite { accumulate, overwrite };
 void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx,
                      GradWrite write = GradWrite::accumulate);

@@ -19,6 +19,9 @@ struct EngineSettings {
   BatchPlan plan;
   std::int64_t chunk = 0;      // rows per chunk (== micro_batch unless deterministic)
   bool deterministic = false;  // one gradient slot per chunk of the step
+  // deterministic: grad_slot[s] is the slot chunk s's gradient goes to: its own, or a lower one whose
+  // chunk is computed before it and onto which it is added (its tree sibling, trainer.cpp). Empty: its own.
+  std::vector<int> grad_slot;
   bool sync_bn = false;        // BN statistics over all logical ranks
   bool augment = false;
   float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample (times the rank's loss scale)

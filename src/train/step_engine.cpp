@@ -25,6 +25,11 @@ StepEngine::StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer,
     throw std::logic_error("chunk must divide the micro-batch");
   chunks_per_micro_ = static_cast<int>(s_.plan.micro_batch / s_.chunk);
   grad_parts_ = s_.deterministic ? chunks_per_micro_ * s_.plan.accum_steps : 1;
+  if (!s_.grad_slot.empty()) {
+    bool ok = s_.deterministic && s_.grad_slot.size() == sz(grad_parts_);
+    for (std::size_t i = 0; ok && i < s_.grad_slot.size(); ++i) ok = s_.grad_slot[i] >= 0 && sz(s_.grad_slot[i]) <= i;
+    if (!ok) throw std::logic_error("grad_slot must map every chunk slot to itself or a lower slot");
+  }
   const std::int64_t w = model_.max_width();
   const std::size_t rows = sz(std::max(s_.plan.micro_batch, kEvalBatch));
   round_a_.resize(rows * sz(w));
@@ -74,10 +79,14 @@ ConstMatView StepEngine::matmul_input(const Replica& r, ConstMatView m, std::vec
   return ConstMatView(scratch.data(), m.rows(), m.cols());
 }
 
-// Every gradient slot is written first by a step's first micro-batch (deterministic mode: by its one
-// chunk), which overwrites it; later micro-batches add to slot 0.
-GradWrite StepEngine::grad_write(int micro) const {
-  return s_.deterministic || micro == 0 ? GradWrite::overwrite : GradWrite::accumulate;
+// Every gradient slot is written first by a step's first micro-batch (deterministic mode: by its own
+// chunk), which overwrites it; later micro-batches add to slot 0, a chunk paired with its tree sibling
+// adds to the sibling's slot.
+StepEngine::GradTarget StepEngine::grad_target(int micro, int chunk) const {
+  if (!s_.deterministic) return {0, micro == 0 ? GradWrite::overwrite : GradWrite::accumulate};
+  const auto own = sz(micro * chunks_per_micro_ + chunk);
+  const std::size_t slot = s_.grad_slot.empty() ? own : sz(s_.grad_slot[own]);
+  return {slot, slot == own ? GradWrite::overwrite : GradWrite::accumulate};
 }
 
 const float* StepEngine::layer_input(const Replica& r, std::size_t l) const {
@@ -252,14 +261,14 @@ void StepEngine::backward_layer(std::span<Replica> replicas, std::size_t l, int 
         const ConstMatView w = matmul_input(r, ConstMatView(r.params.data() + layer.weight, out, in), round_b_);
         for (int c = 0; c < chunks_per_micro_; ++c) {
           const std::int64_t row0 = c * s_.chunk;
-          const std::size_t slot = s_.deterministic ? sz(micro * chunks_per_micro_ + c) : 0;
-          float* g = r.grads.data() + slot * n;
+          const GradTarget target = grad_target(micro, c);
+          float* g = r.grads.data() + target.slot * n;
           const ConstMatView dy = matmul_input(r, ConstMatView(r.dcur.data() + sz(row0 * layer.out), ix(s_.chunk), out), round_c_);
           const ConstMatView x = matmul_input(r, ConstMatView(layer_input(r, l) + sz(row0 * layer.in), ix(s_.chunk), in), round_a_);
           // The first layer's input gradient is not needed (the input is data).
           MatView dx(r.dnext.data() + sz(row0 * layer.in), l == 0 ? 0 : ix(s_.chunk), in);
           linear_backward(dy, x, w, MatView(g + layer.weight, out, in), std::span<float>(g + layer.bias, sz(layer.out)), dx,
-                          grad_write(micro));
+                          target.write);
         }
       }
       break;
@@ -294,10 +303,10 @@ void StepEngine::batchnorm_backward(std::span<Replica> replicas, const Layer& la
       bn_backward_sums(ConstMatView(r.dcur.data() + off, ix(s_.chunk), width),
                        ConstMatView(r.aux[l].data() + off, ix(s_.chunk), width), std::span<double>(part, n),
                        std::span<double>(part + n, n));
-      const std::size_t slot = s_.deterministic ? sz(micro) * chunks + c : 0;
-      float* dgamma = r.grads.data() + slot * np + layer.weight;
-      float* dbeta = r.grads.data() + slot * np + layer.bias;
-      if (grad_write(micro) == GradWrite::overwrite) {
+      const GradTarget target = grad_target(micro, static_cast<int>(c));
+      float* dgamma = r.grads.data() + target.slot * np + layer.weight;
+      float* dbeta = r.grads.data() + target.slot * np + layer.bias;
+      if (target.write == GradWrite::overwrite) {
         std::fill_n(dgamma, n, 0.0f);
         std::fill_n(dbeta, n, 0.0f);
       }

@@ -5,7 +5,8 @@
 //
 // Chunks: in deterministic mode a rank's micro-batch is processed as fixed chunks of `chunk` samples
 // (the same shapes whatever the world size, so every chunk's float results are identical bits), and each
-// chunk's parameter gradient goes to its own slot of Replica::grads for the reducer to sum exactly. In the
+// chunk's parameter gradient goes to its own slot of Replica::grads for the reducer to sum exactly (or is
+// added onto its tree sibling's, EngineSettings::grad_slot). In the
 // other modes the whole micro-batch is one chunk and every micro-step accumulates into slot 0, as
 // PyTorch accumulates .grad.
 #include <cstdint>
@@ -41,7 +42,11 @@ class StepEngine final : public Engine {
   // Matmul inputs in the replica's precision (rounded copies unless fp32).
   ConstMatView matmul_input(const Replica& r, ConstMatView m, std::vector<float>& scratch) const;
   const float* layer_input(const Replica& r, std::size_t l) const;
-  GradWrite grad_write(int micro) const;
+  struct GradTarget {
+    std::size_t slot;  // of Replica::grads
+    GradWrite write;
+  };
+  GradTarget grad_target(int micro, int chunk) const;
 
   const Mlp& model_;
   const Dataset& data_;

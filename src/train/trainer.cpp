@@ -21,6 +21,7 @@
 #include "data/dataset.hpp"
 #include "data/h5_dataset.hpp"
 #include "data/sampler.hpp"
+#include "model/gemm_backend.hpp"
 #include "model/mlp.hpp"
 #include "numerics/simd.hpp"
 #include "optim/clip.hpp"
@@ -122,6 +123,23 @@ void plan_tree(ReduceLayout& layout, bool distributed, std::size_t chunks_per_mi
   for (std::size_t i = 0; i < L; ++i)
     layout.tree_slots.push_back(static_cast<int>(distributed ? (i % M) * Q + bit_reverse(i / M, Q) : i));
   for (std::size_t g = 0; g < W; ++g) layout.tree_block.push_back(static_cast<int>(distributed ? bit_reverse(g, W) : g));
+}
+
+// Each pair of sibling leaves is summed by the engine: the chunk of the higher slot adds its gradient
+// onto the lower one's (computed before it: slots are in the order the chunks are computed), which is
+// the tree's first sum bit for bit where the products accumulate with one rounding per element
+// (accumulate_adds_rounded_product: probed for the chunk's weight-gradient shapes). It spares the
+// higher slot's clearing and the rank's first level of sums; the reducer sums the lower slots.
+void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Mlp& model) {
+  const std::vector<int>& slots = layout.tree_slots;
+  if (slots.size() < 2) return;
+  for (const Layer& l : model.layers())
+    if (l.kind == LayerKind::linear && !accumulate_adds_rounded_product(es.chunk, l.out, l.in)) return;
+  es.grad_slot.resize(slots.size());
+  std::iota(es.grad_slot.begin(), es.grad_slot.end(), 0);
+  for (std::size_t j = 0; j < slots.size(); j += 2)
+    es.grad_slot[static_cast<std::size_t>(std::max(slots[j], slots[j + 1]))] = std::min(slots[j], slots[j + 1]);
+  layout.tree_siblings_summed = true;
 }
 
 std::string iso_time_utc() {
@@ -374,6 +392,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   if (deterministic_)
     plan_tree(reduce_layout_, cfg_.sampler.mode == "distributed", static_cast<std::size_t>(plan_.micro_batch / es.chunk),
               static_cast<std::size_t>(plan_.accum_steps));
+  if (cfg_.run.device != "cuda" && cfg_.dist.backend != "nccl") pair_tree_siblings(reduce_layout_, es, model_);
   if (cfg_.dist.backend == "nccl") {
 #ifdef DIVSIM_HAVE_CUDA
     reducer_ = make_nccl_reducer(comm_, reduce_layout_);

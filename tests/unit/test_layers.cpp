@@ -203,6 +203,41 @@ TEST(GemmBackend, ProductsComeFromTheKernelItNames) {
 #endif
 }
 
+// Deterministic mode adds a chunk's weight gradient onto its tree sibling's only where
+// accumulate_adds_rounded_product says the kernel does that bit for bit. Checked against the real thing
+// on other data: accumulating must then equal the overwritten result added onto what was there, and
+// must not where the probe says no. K = 4096 is split into blocks by every backend (OpenBLAS's GEMM_Q,
+// Eigen's kc), so the probe is seen to say no; the bias sums are added as one sum each in any case.
+TEST(GemmBackend, AccumulateProbeTellsWhetherAccumulatingAddsTheRoundedProduct) {
+  struct Shape {
+    Eigen::Index k, out, in;
+  };
+  int said_no = 0;
+  for (const Shape& s : {Shape{32, 256, 784}, Shape{32, 128, 256}, Shape{32, 10, 128}, Shape{10, 64, 40},
+                         Shape{64, 1024, 1024}, Shape{4096, 16, 24}}) {
+    const bool probe = accumulate_adds_rounded_product(s.k, s.out, s.in);
+    said_no += probe ? 0 : 1;
+    const auto dy = normal_values(s.k * s.out, 51), x = normal_values(s.k * s.in, 52), w = normal_values(s.out * s.in, 53);
+    const auto before_w = normal_values(s.out * s.in, 54), before_b = normal_values(s.out, 55);
+    std::vector<float> alone_w(s.out * s.in), alone_b(s.out), onto_w = before_w, onto_b = before_b;
+    linear_backward(cview(dy, s.k, s.out), cview(x, s.k, s.in), cview(w, s.out, s.in), view(alone_w, s.out, s.in), alone_b,
+                    MatView(nullptr, 0, s.in), GradWrite::overwrite);
+    linear_backward(cview(dy, s.k, s.out), cview(x, s.k, s.in), cview(w, s.out, s.in), view(onto_w, s.out, s.in), onto_b,
+                    MatView(nullptr, 0, s.in), GradWrite::accumulate);
+    std::vector<float> sum_w(alone_w.size()), sum_b(alone_b.size());
+    for (std::size_t i = 0; i < sum_w.size(); ++i) sum_w[i] = before_w[i] + alone_w[i];
+    for (std::size_t i = 0; i < sum_b.size(); ++i) sum_b[i] = before_b[i] + alone_b[i];
+    EXPECT_EQ(onto_b, sum_b) << "K=" << s.k;
+    if (probe)
+      EXPECT_EQ(onto_w, sum_w) << "K=" << s.k << " " << s.out << "x" << s.in << ": the probe said yes";
+    else
+      EXPECT_NE(onto_w, sum_w) << "K=" << s.k << " " << s.out << "x" << s.in << ": the probe said no";
+    std::printf("K=%ld %ldx%ld: accumulating adds the rounded product: %s\n", static_cast<long>(s.k),
+                static_cast<long>(s.out), static_cast<long>(s.in), probe ? "yes" : "no");
+  }
+  EXPECT_GE(said_no, 1) << gemm_backend() << ": no shape split K, so the probe was not seen to say no";
+}
+
 TEST(LayerGrad, ReluMatchesFiniteDifferencesAndWorksInPlace) {
   const Eigen::Index B = 6, C = 5;
   auto x = normal_values(B * C, 5);
