@@ -95,25 +95,41 @@ void use_one_gemm_thread() {}
 std::string gemm_backend() { return "Eigen"; }
 #endif
 
+namespace {
+// The probes' input: a fixed pattern in [-1, 1) with full mantissas and both signs (not a random draw).
+RowMatrix probe_matrix(Eigen::Index rows, Eigen::Index cols, std::uint32_t salt) {
+  RowMatrix x(rows, cols);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    const std::uint32_t h = (static_cast<std::uint32_t>(i) + salt) * 2654435761u;
+    x.data()[i] = static_cast<float>(static_cast<std::int32_t>(h >> 8) - (1 << 23)) * 0x1p-23f;
+  }
+  return x;
+}
+}  // namespace
+
 bool accumulate_adds_rounded_product(Eigen::Index k, Eigen::Index m, Eigen::Index n) {
-  // A fixed pattern in [-1, 1) with full mantissas and both signs (a test input, not a random draw).
-  auto fill = [](RowMatrix& x, std::uint32_t salt) {
-    for (Eigen::Index i = 0; i < x.size(); ++i) {
-      const std::uint32_t h = (static_cast<std::uint32_t>(i) + salt) * 2654435761u;
-      x.data()[i] = static_cast<float>(static_cast<std::int32_t>(h >> 8) - (1 << 23)) * 0x1p-23f;
-    }
-  };
   use_one_gemm_thread();  // the kernels the step runs
-  RowMatrix a(k, m), b(k, n), c(m, n), product(m, n);
-  fill(a, 1);
-  fill(b, 2);
-  fill(c, 3);
+  const RowMatrix a = probe_matrix(k, m, 1), b = probe_matrix(k, n, 2);
+  RowMatrix c = probe_matrix(m, n, 3), product(m, n);
   const RowMatrix before = c;
   gemm_tn(ConstMatView(a.data(), k, m), ConstMatView(b.data(), k, n), MatView(product.data(), m, n), false);
   gemm_tn(ConstMatView(a.data(), k, m), ConstMatView(b.data(), k, n), MatView(c.data(), m, n), true);
   for (Eigen::Index i = 0; i < c.size(); ++i)
     if (c.data()[i] != before.data()[i] + product.data()[i]) return false;
   return true;
+}
+
+bool rows_do_not_depend_on_row_count(Eigen::Index rows, Eigen::Index chunk, Eigen::Index k, Eigen::Index n) {
+  use_one_gemm_thread();
+  const RowMatrix a = probe_matrix(rows, k, 4), b = probe_matrix(n, k, 5), g = probe_matrix(rows, n, 6);
+  RowMatrix whole_nt(rows, n), whole_nn(rows, k), part_nt(rows, n), part_nn(rows, k);
+  gemm_nt(ConstMatView(a.data(), rows, k), ConstMatView(b.data(), n, k), MatView(whole_nt.data(), rows, n));
+  gemm_nn(ConstMatView(g.data(), rows, n), ConstMatView(b.data(), n, k), MatView(whole_nn.data(), rows, k));
+  for (Eigen::Index r = 0; r + chunk <= rows; r += chunk) {
+    gemm_nt(ConstMatView(a.data() + r * k, chunk, k), ConstMatView(b.data(), n, k), MatView(part_nt.data() + r * n, chunk, n));
+    gemm_nn(ConstMatView(g.data() + r * n, chunk, n), ConstMatView(b.data(), n, k), MatView(part_nn.data() + r * k, chunk, k));
+  }
+  return rows % chunk == 0 && whole_nt == part_nt && whole_nn == part_nn;
 }
 
 }  // namespace divsim

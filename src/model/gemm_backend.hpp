@@ -22,6 +22,11 @@ void gemm_tn(ConstMatView a, ConstMatView b, MatView c, bool accumulate);
 // where a kernel splits K into blocks and adds each block's partial to c, or starts from c: probed once
 // per call on a fixed pattern with this process's kernels.
 bool accumulate_adds_rounded_product(Eigen::Index k, Eigen::Index m, Eigen::Index n);
+// Whether the forward product (gemm_nt, a[M,K] b[N,K]^T) and the input-gradient product (gemm_nn,
+// a[M,N] b[N,K]) of `rows` rows give every row the bits it gets in products of `chunk` rows: then
+// deterministic mode multiplies a rank's whole micro-batch at once, packing the weights once instead of
+// once per chunk. Probed on a fixed pattern with this process's kernels, like the one above.
+bool rows_do_not_depend_on_row_count(Eigen::Index rows, Eigen::Index chunk, Eigen::Index k, Eigen::Index n);
 // c[M,N] = a[M,K] b[K,N]     (the input gradient dx = dy w)
 void gemm_nn(ConstMatView a, ConstMatView b, MatView c);
 // c[M,N] = a[M,K] b[N,K]^T   (the forward product y = x w^T)

@@ -31,8 +31,10 @@ void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw
     float* out = db.data() + c0;
     for (Eigen::Index c = 0; c < n; ++c) out[c] = accumulate ? out[c] + sums[c] : sums[c];
   }
-  if (dx.rows() > 0) gemm_nn(dy, w, dx);
+  if (dx.rows() > 0) linear_input_grad(dy, w, dx);
 }
+
+void linear_input_grad(ConstMatView dy, ConstMatView w, MatView dx) { gemm_nn(dy, w, dx); }
 
 void relu_forward(ConstMatView x, MatView y) { y = x.cwiseMax(0.0f); }
 

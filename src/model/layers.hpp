@@ -25,6 +25,9 @@ void linear_forward(ConstMatView x, ConstMatView w, std::span<const float> b, Ma
 enum class GradWrite { accumulate, overwrite };
 void linear_backward(ConstMatView dy, ConstMatView x, ConstMatView w, MatView dw, std::span<float> db, MatView dx,
                      GradWrite write = GradWrite::accumulate);
+// Its input gradient alone, dx[B,IN] = dy w, for a caller that takes the rows in other blocks than the
+// parameter gradients'.
+void linear_input_grad(ConstMatView dy, ConstMatView w, MatView dx);
 
 // ReLU: y = max(x, 0); dx = dy where y > 0 (y may alias x: the forward works in place)
 void relu_forward(ConstMatView x, MatView y);

@@ -6,9 +6,10 @@
 // Chunks: in deterministic mode a rank's micro-batch is processed as fixed chunks of `chunk` samples
 // (the same shapes whatever the world size, so every chunk's float results are identical bits), and each
 // chunk's parameter gradient goes to its own slot of Replica::grads for the reducer to sum exactly (or is
-// added onto its tree sibling's, EngineSettings::grad_slot). In the
-// other modes the whole micro-batch is one chunk and every micro-step accumulates into slot 0, as
-// PyTorch accumulates .grad.
+// added onto its tree sibling's, EngineSettings::grad_slot); the forward and input-gradient products
+// take the whole micro-batch where that gives every row its chunk's bits (EngineSettings::product_rows).
+// In the other modes the whole micro-batch is one chunk and every micro-step accumulates into slot 0,
+// as PyTorch accumulates .grad.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -53,6 +54,7 @@ class StepEngine final : public Engine {
   Reducer& reducer_;
   EngineSettings s_;
   int chunks_per_micro_ = 1, grad_parts_ = 1;
+  std::int64_t product_rows_ = 1;  // EngineSettings::product_rows resolved
   std::vector<double> bn_parts_, bn_totals_, bn_means_;    // scratch for BN statistics
   std::vector<float> round_a_, round_b_, round_c_;         // precision-emulation scratch
   std::vector<float> eval_a_, eval_b_;                     // eval ping-pong
