@@ -22,9 +22,10 @@ struct EngineSettings {
   // deterministic: grad_slot[s] is the slot chunk s's gradient goes to: its own, or a lower one whose
   // chunk is computed before it and onto which it is added (its tree sibling, trainer.cpp). Empty: its own.
   std::vector<int> grad_slot;
-  // Rows per forward and input-gradient product: chunk (0 means chunk), or the micro-batch where the
-  // kernels give a row the same bits whatever the row count (rows_do_not_depend_on_row_count).
-  std::int64_t product_rows = 0;
+  // Per layer, rows per forward and input-gradient product: chunk (0 or absent means chunk), or the
+  // micro-batch where the kernels give a row the same bits whatever the row count
+  // (rows_do_not_depend_on_row_count).
+  std::vector<std::int64_t> product_rows;
   bool sync_bn = false;        // BN statistics over all logical ranks
   bool augment = false;
   float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample (times the rank's loss scale)

@@ -25,9 +25,12 @@ StepEngine::StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer,
     throw std::logic_error("chunk must divide the micro-batch");
   chunks_per_micro_ = static_cast<int>(s_.plan.micro_batch / s_.chunk);
   grad_parts_ = s_.deterministic ? chunks_per_micro_ * s_.plan.accum_steps : 1;
-  product_rows_ = s_.product_rows > 0 ? s_.product_rows : s_.chunk;
-  if (product_rows_ % s_.chunk != 0 || s_.plan.micro_batch % product_rows_ != 0)
-    throw std::logic_error("product_rows must be a multiple of chunk that divides the micro-batch");
+  for (std::size_t l = 0; l < model_.layers().size(); ++l) {
+    const std::int64_t rows = l < s_.product_rows.size() && s_.product_rows[l] > 0 ? s_.product_rows[l] : s_.chunk;
+    if (rows % s_.chunk != 0 || s_.plan.micro_batch % rows != 0)
+      throw std::logic_error("product_rows must be a multiple of chunk that divides the micro-batch");
+    product_rows_.push_back(rows);
+  }
   if (!s_.grad_slot.empty()) {
     bool ok = s_.deterministic && s_.grad_slot.size() == sz(grad_parts_);
     for (std::size_t i = 0; ok && i < s_.grad_slot.size(); ++i) ok = s_.grad_slot[i] >= 0 && sz(s_.grad_slot[i]) <= i;
@@ -155,9 +158,10 @@ void StepEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::
       for (Replica& r : replicas) {
         const ConstMatView w = matmul_input(r, ConstMatView(r.params.data() + layer.weight, out, in), round_b_);
         const std::span<const float> b(r.params.data() + layer.bias, sz(layer.out));
-        for (std::int64_t row0 = 0; row0 < mb; row0 += product_rows_) {
-          const ConstMatView x = matmul_input(r, ConstMatView(layer_input(r, l) + sz(row0 * layer.in), ix(product_rows_), in), round_a_);
-          linear_forward(x, w, b, MatView(r.out[l].data() + sz(row0 * layer.out), ix(product_rows_), out));
+        const std::int64_t rows = product_rows_[l];
+        for (std::int64_t row0 = 0; row0 < mb; row0 += rows) {
+          const ConstMatView x = matmul_input(r, ConstMatView(layer_input(r, l) + sz(row0 * layer.in), ix(rows), in), round_a_);
+          linear_forward(x, w, b, MatView(r.out[l].data() + sz(row0 * layer.out), ix(rows), out));
         }
       }
       return;
@@ -271,9 +275,10 @@ void StepEngine::backward_layer(std::span<Replica> replicas, std::size_t l, int 
                           MatView(nullptr, 0, in), target.write);
         }
         // The first layer's input gradient is not needed (the input is data).
-        for (std::int64_t row0 = 0; l > 0 && row0 < mb; row0 += product_rows_) {
-          const ConstMatView dy = matmul_input(r, ConstMatView(r.dcur.data() + sz(row0 * layer.out), ix(product_rows_), out), round_c_);
-          linear_input_grad(dy, w, MatView(r.dnext.data() + sz(row0 * layer.in), ix(product_rows_), in));
+        const std::int64_t rows = product_rows_[l];
+        for (std::int64_t row0 = 0; l > 0 && row0 < mb; row0 += rows) {
+          const ConstMatView dy = matmul_input(r, ConstMatView(r.dcur.data() + sz(row0 * layer.out), ix(rows), out), round_c_);
+          linear_input_grad(dy, w, MatView(r.dnext.data() + sz(row0 * layer.in), ix(rows), in));
         }
       }
       break;

@@ -54,7 +54,7 @@ class StepEngine final : public Engine {
   Reducer& reducer_;
   EngineSettings s_;
   int chunks_per_micro_ = 1, grad_parts_ = 1;
-  std::int64_t product_rows_ = 1;  // EngineSettings::product_rows resolved
+  std::vector<std::int64_t> product_rows_;  // per layer: EngineSettings::product_rows resolved
   std::vector<double> bn_parts_, bn_totals_, bn_means_;    // scratch for BN statistics
   std::vector<float> round_a_, round_b_, round_c_;         // precision-emulation scratch
   std::vector<float> eval_a_, eval_b_;                     // eval ping-pong

@@ -142,12 +142,15 @@ void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Mlp& mod
   layout.tree_siblings_summed = true;
 }
 
-// Whether every Linear layer's forward and input-gradient products give a row the same bits in one
-// product of `rows` rows as in products of `chunk` rows (probed with this process's kernels).
-bool rows_independent_products(const Mlp& model, std::int64_t rows, std::int64_t chunk) {
+// Per layer: the whole micro-batch for a Linear layer whose forward and input-gradient products give a
+// row the same bits in one product as in chunk-sized ones (probed with this process's kernels), else 0.
+std::vector<std::int64_t> product_rows(const Mlp& model, std::int64_t micro_batch, std::int64_t chunk) {
+  std::vector<std::int64_t> rows;
   for (const Layer& l : model.layers())
-    if (l.kind == LayerKind::linear && !rows_do_not_depend_on_row_count(rows, chunk, l.in, l.out)) return false;
-  return true;
+    rows.push_back(l.kind == LayerKind::linear && rows_do_not_depend_on_row_count(micro_batch, chunk, l.in, l.out)
+                       ? micro_batch
+                       : 0);
+  return rows;
 }
 
 std::string iso_time_utc() {
@@ -363,8 +366,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   es.augment = cfg_.data.augment;
   // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
   // the chunk); the other products may take the whole micro-batch where a row's bits do not change.
-  if (deterministic_ && cfg_.run.device != "cuda" && rows_independent_products(model_, plan_.micro_batch, es.chunk))
-    es.product_rows = plan_.micro_batch;
+  if (deterministic_ && cfg_.run.device != "cuda") es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
   // PyTorch: each rank's loss is the mean over its micro-batch divided by accum_steps, and DDP divides
   // the summed gradients by W. Deterministic mode sums unscaled partials and divides once at the end.
   es.grad_scale = deterministic_ ? 1.0f : static_cast<float>(1.0 / static_cast<double>(plan_.per_rank_step()));

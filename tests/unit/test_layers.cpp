@@ -240,12 +240,13 @@ TEST(GemmBackend, AccumulateProbeTellsWhetherAccumulatingAddsTheRoundedProduct) 
 
 // Deterministic mode multiplies a whole micro-batch at once only where rows_do_not_depend_on_row_count
 // says each row then gets the bits it gets in a chunk's product. Checked on other data against products
-// of chunk rows, for the default model's shapes at W = 1, 2, 4 and a wide layer.
+// of chunk rows, for the default model's shapes at W = 1, 2, 4 and a wide layer (OpenBLAS 0.3.21 on
+// Cooperlake: no for the 10-wide output layer at 256 rows; Eigen: no for chunks of 10).
 TEST(GemmBackend, RowCountProbeTellsWhetherRowsKeepTheirChunksBits) {
   struct Shape {
     Eigen::Index rows, chunk, in, out;
   };
-  for (const Shape& s : {Shape{256, 32, 784, 256}, Shape{128, 32, 256, 128}, Shape{64, 32, 128, 10},
+  for (const Shape& s : {Shape{256, 32, 784, 256}, Shape{128, 32, 256, 128}, Shape{64, 32, 128, 10}, Shape{256, 32, 128, 10},
                          Shape{96, 32, 1024, 1024}, Shape{240, 10, 784, 256}}) {
     const bool probe = rows_do_not_depend_on_row_count(s.rows, s.chunk, s.in, s.out);
     const auto x = normal_values(s.rows * s.in, 61), w = normal_values(s.out * s.in, 62), dy = normal_values(s.rows * s.out, 63);
