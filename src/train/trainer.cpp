@@ -838,8 +838,9 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
                                replicas_[k].loss_scale;
         for (std::size_t i = k * L * kStatCount; i < (k + 1) * L * kStatCount; ++i) stats.backward[i] *= unscale;
       }
-    for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
+    // A corrupted gradient is the rank's own, as the allreduce receives it (a fixed-point sum's first part).
     reduce_parts_ = reducer_->combine_local_parts(grad_spans_, static_cast<int>(parts));
+    for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
     local_gradient_norms(gnorm_local, stats.grad_norm);
     for (std::size_t k = 0; k < R; ++k) {
       Replica& r = replicas_[k];
