@@ -120,6 +120,7 @@ bool accumulate_adds_rounded_product(Eigen::Index k, Eigen::Index m, Eigen::Inde
 }
 
 bool rows_do_not_depend_on_row_count(Eigen::Index rows, Eigen::Index chunk, Eigen::Index k, Eigen::Index n) {
+  if (chunk <= 0 || rows % chunk != 0) return false;
   use_one_gemm_thread();
   const RowMatrix a = probe_matrix(rows, k, 4), b = probe_matrix(n, k, 5), g = probe_matrix(rows, n, 6);
   RowMatrix whole_nt(rows, n), whole_nn(rows, k), part_nt(rows, n), part_nn(rows, k);
@@ -129,7 +130,7 @@ bool rows_do_not_depend_on_row_count(Eigen::Index rows, Eigen::Index chunk, Eige
     gemm_nt(ConstMatView(a.data() + r * k, chunk, k), ConstMatView(b.data(), n, k), MatView(part_nt.data() + r * n, chunk, n));
     gemm_nn(ConstMatView(g.data() + r * n, chunk, n), ConstMatView(b.data(), n, k), MatView(part_nn.data() + r * k, chunk, k));
   }
-  return rows % chunk == 0 && whole_nt == part_nt && whole_nn == part_nn;
+  return whole_nt == part_nt && whole_nn == part_nn;
 }
 
 }  // namespace divsim
