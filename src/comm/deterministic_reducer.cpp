@@ -27,6 +27,11 @@ namespace {
 constexpr int kHeadroomBits = 21;  // up to 2^21 partials per element without overflow
 constexpr int kMantissaBits = 62 - kHeadroomBits;
 
+void check_headroom(long long partials) {
+  if (partials > (1LL << kHeadroomBits))
+    throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
+}
+
 // Scale exponent for a segment whose largest magnitude is max_abs: |v| * 2^S < 2^kMantissaBits.
 // Largest |v| of n floats, NaN counting as infinity so it propagates. On the bit patterns with the sign
 // cleared, integer order is magnitude order (and a vectorised integer max is ~50x faster than fmax).
@@ -112,8 +117,7 @@ class DeterministicReducer final : public Reducer {
 
  private:
   void check_parts(int parts) const {
-    if (static_cast<long long>(parts) * layout_.rank_count * processes_ > (1LL << kHeadroomBits))
-      throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
+    check_headroom(static_cast<long long>(parts) * layout_.rank_count * processes_);
   }
 
   MPI_Comm comm_;
@@ -133,8 +137,7 @@ void sum_statistics_fixed_point(std::span<const double> values, int rows, std::s
   if (values.size() != static_cast<std::size_t>(rows) * n) throw std::logic_error("sum_statistics: bad layout");
   int processes = 1;
   MPI_Comm_size(comm, &processes);
-  if (static_cast<long long>(rows) * processes > (1LL << kHeadroomBits))
-    throw std::logic_error("deterministic reduction: more than 2^21 partials per element");
+  check_headroom(static_cast<long long>(rows) * processes);
   // NaN must win the max so that it propagates (fmax would drop it).
   auto magnitude = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::infinity() : std::fabs(v); };
   scratch.max.assign(n, 0.0);  // statistics are small vectors: one scale per element
