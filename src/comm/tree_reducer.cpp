@@ -37,6 +37,11 @@ class TreeReducer final : public Reducer {
     if (!std::has_single_bit(layout.tree_slots.size()) || layout.tree_slots[0] != 0 || layout.tree_block.size() != W ||
         !std::has_single_bit(W) || (layout.tree_siblings_summed && layout.tree_slots.size() < 2))
       throw std::logic_error("tree reduction: bad tree layout");
+    // The slots combine_local_parts sums: the leaves, or with the siblings summed the lower slot of each
+    // pair, whose first-level sums are the leaves of the rest of the rank's subtree.
+    const std::vector<int>& leaves = layout.tree_slots;
+    for (std::size_t i = 0; i < leaves.size(); i += layout.tree_siblings_summed ? 2 : 1)
+      local_slots_.push_back(layout.tree_siblings_summed ? std::min(leaves[i], leaves[i + 1]) : leaves[i]);
     rank_at_.assign(W, -1);
     for (std::size_t g = 0; g < W; ++g) rank_at_.at(static_cast<std::size_t>(layout.tree_block[g])) = static_cast<int>(g);
     if (std::count(rank_at_.begin(), rank_at_.end(), -1) != 0) throw std::logic_error("tree reduction: tree_block is no permutation");
@@ -56,14 +61,9 @@ class TreeReducer final : public Reducer {
   int combine_local_parts(std::span<const std::span<float>> grads, int parts) override {
     const std::size_t L = layout_.tree_slots.size(), n = layout_.num_params;
     if (static_cast<std::size_t>(parts) != L) throw std::logic_error("tree reduction: parts do not match the tree layout");
-    // With the siblings summed, the first-level sums are the leaves of the rest of the rank's subtree.
-    const std::size_t stride = layout_.tree_siblings_summed ? 2 : 1;
     for (const std::span<float>& g : grads) {
-      for (std::size_t i = 0; i < L / stride; ++i) {
-        const auto s = stride == 2 ? std::min(layout_.tree_slots[2 * i], layout_.tree_slots[2 * i + 1]) : layout_.tree_slots[i];
-        leaves_[i] = g.data() + static_cast<std::size_t>(s) * n;
-      }
-      pairwise_sum(std::span<const float* const>(leaves_.data(), L / stride), n, g.data());
+      for (std::size_t i = 0; i < local_slots_.size(); ++i) leaves_[i] = g.data() + static_cast<std::size_t>(local_slots_[i]) * n;
+      pairwise_sum(std::span<const float* const>(leaves_.data(), local_slots_.size()), n, g.data());
     }
     return 1;
   }
@@ -128,6 +128,7 @@ class TreeReducer final : public Reducer {
   MPI_Comm comm_;
   ReduceLayout layout_;
   int process_ = 0, processes_ = 1;
+  std::vector<int> local_slots_;        // the gradient slots a rank's own sum adds, in the tree's order
   std::vector<int> rank_at_;            // the logical rank at each position of the ranks' subtrees
   std::vector<std::size_t> begin_;      // [P + 1] element blocks
   std::vector<int> counts_, offsets_;   // the blocks for MPI_Iallgatherv

@@ -146,6 +146,7 @@ void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Mlp& mod
 // row the same bits in one product as in chunk-sized ones (probed with this process's kernels), else 0.
 std::vector<std::int64_t> product_rows(const Mlp& model, std::int64_t micro_batch, std::int64_t chunk) {
   std::vector<std::int64_t> rows;
+  if (micro_batch == chunk) return rows;  // one chunk: its products are the micro-batch's already
   for (const Layer& l : model.layers())
     rows.push_back(l.kind == LayerKind::linear && rows_do_not_depend_on_row_count(micro_batch, chunk, l.in, l.out)
                        ? micro_batch
