@@ -11,6 +11,7 @@
 #include <string>
 
 #include "comm/abort_job.hpp"
+#include "comm/fatal_signals.hpp"
 #include "config/options.hpp"
 #include "record/recover_command.hpp"
 #include "train/termination.hpp"
@@ -18,6 +19,7 @@
 
 
 int main(int argc, char** argv) {
+  divsim::install_fatal_signal_report();
   MPI_Init(&argc, &argv);
   if (argc >= 2 && std::string(argv[1]) == "recover") {  // divsim recover RUN [OUT]: one process, no run
     const int code = divsim::recover_command("divsim recover", argc - 1, argv + 1);
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  divsim::report_fatal_signals_as_rank(rank);
   divsim::install_termination_handler();
 
   divsim::CliResult cli;

@@ -2,7 +2,7 @@
 ranks die (SIGKILL from the OOM killer or a scheduler, SIGSEGV from a crash, SIGABRT from an uncaught
 exception or a failed assertion, SIGTERM, SIGBUS from a vanished file mapping), at set-up or in the
 middle of training. The job must end with a non-zero exit, and every rank process with it, within 10 seconds of the
-failure.
+failure; a rank that crashes in training must say which rank it was and what killed it.
 
 The rank is found in the real process tree (mpiexec -> hydra_pmi_proxy -> divsim) and signalled from
 outside: divsim has no test hooks.
@@ -27,6 +27,8 @@ SETUP = ["--quiet", "--train.steps=1000000", "--record.flush_every=5"]
 # A rank that hangs without dying (SIGSTOP: stopped, or stuck in a driver) is invisible to MPI; the others
 # wait for it in the next collective, and dist.timeout_s ends the job.
 HANG_TIMEOUT = 4
+# Signals a rank gets from a crash of its own, which it reports before dying of them.
+CRASHES = (signal.SIGSEGV, signal.SIGBUS)
 
 
 def alive(pid):
@@ -84,6 +86,11 @@ def trial(args, name, sig, victim, phase, rng):
     ok = rc not in (None, 0) and took < args.limit and not survivors
     if sig == signal.SIGSTOP:  # ended by the timeout, which must say so
         ok = ok and "dist.timeout_s" in err
+    if sig in CRASHES and phase == "training":
+        # divsim's own report (src/comm/fatal_signals), not UCX's handler, which could deadlock in it.
+        # At set-up the signal may come before main() has installed it.
+        ok = ok and f"divsim: error on rank {victim} " in err and signal.Signals(sig).name in err
+        ok = ok and "Caught signal" not in err
     print(f"{'OK' if ok else 'NOT OK'}: {signal.Signals(sig).name} to rank {victim} during {phase}: "
           f"job exited {rc}, its ranks gone after {took:.2f} s (limit {args.limit} s); rank processes left: {len(survivors)}")
     if not ok:
@@ -114,7 +121,7 @@ def main():
     results = [trial(args, f"t{i}_{signal.Signals(s).name}_r{v}_{ph}", s, v, ph, rng)
                for i, (s, v, ph) in enumerate(trials)]
     worst = max(t for _, t in results)
-    print(f"{sum(ok for ok, _ in results)}/{len(results)} trials ended in time; slowest {worst:.2f} s")
+    print(f"{sum(ok for ok, _ in results)}/{len(results)} trials OK; slowest {worst:.2f} s")
     sys.exit(0 if all(ok for ok, _ in results) else 1)
 
 

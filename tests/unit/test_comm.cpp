@@ -1,14 +1,18 @@
 // comm/abort_job: a failing process's message must reach the launcher before MPI_Abort ends the job.
+// comm/fatal_signals: a crashing process says which rank it was and why, and dies of its signal.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <thread>
 
 #include "comm/abort_job.hpp"
+#include "comm/fatal_signals.hpp"
 
 namespace {
 
@@ -53,6 +57,33 @@ TEST(AbortJob, WaitsUntilTheStderrReaderHasTakenTheMessage) {
   EXPECT_EQ(pipe.read_some(), "divsim: error on rank 0: the message\n");
   waiter.join();
   EXPECT_TRUE(returned.load());
+}
+
+// The child of each death test installs the report, crashes, and must die of the signal itself (so that
+// the launcher sees a crashed rank) after printing the report. "threadsafe": the child is a fresh exec of
+// this binary, not a fork of a process that has MPI's threads running.
+TEST(FatalSignals, ASignalFromAnotherProcessIsReportedWithTheRankAndTheSender) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        divsim::install_fatal_signal_report();
+        divsim::report_fatal_signals_as_rank(3);
+        raise(SIGBUS);
+      },
+      testing::KilledBySignal(SIGBUS),
+      "divsim: error on rank 3 \\(pid [0-9]+ on [^)]+\\): SIGBUS sent by process [0-9]+; the job ends\\. Backtrace");
+}
+
+TEST(FatalSignals, AFaultIsReportedWithItsAddressAndTheRankDiesOfIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        divsim::install_fatal_signal_report();
+        divsim::report_fatal_signals_as_rank(0);
+        volatile std::uintptr_t unmapped = 0x40;  // volatile: the compiler must not see the bad store coming
+        *reinterpret_cast<volatile int*>(unmapped) = 1;
+      },
+      testing::KilledBySignal(SIGSEGV), "divsim: error on rank 0 \\(pid [0-9]+ on [^)]+\\): SIGSEGV, no memory mapped at 0x40;");
 }
 
 }  // namespace
