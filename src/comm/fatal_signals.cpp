@@ -55,7 +55,7 @@ const char* fault_cause(int signo, int code) {
     case SIGSEGV: return code == SEGV_MAPERR   ? "no memory mapped at"
                          : code == SEGV_ACCERR ? "no permission for the access at"
                                                : "invalid memory access at";
-    case SIGBUS: return code == BUS_ADRERR ? "no backing for the mapped page (a file shrank or vanished) at"
+    case SIGBUS: return code == BUS_ADRERR ? "no backing for the mapped page (a file that shrank, a full tmpfs) at"
                                            : "bus error at";
     case SIGILL: return "illegal instruction at";
     case SIGFPE: return code == FPE_INTDIV ? "integer division by zero at" : "arithmetic exception at";

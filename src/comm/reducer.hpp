@@ -36,6 +36,9 @@ struct ReduceLayout {
   // The engine has added each pair of sibling leaves (tree_slots[2j], tree_slots[2j + 1]) into the lower
   // of their two slots, which then holds the tree's first-level sum.
   bool tree_siblings_summed = false;
+  // tree: processes that all run on one node read each other's gradients in a shared-memory window
+  // instead of sending them (dist.shared_memory). The bits are the same either way.
+  bool share_node_memory = true;
 };
 
 class Reducer {
@@ -53,6 +56,12 @@ class Reducer {
   }
   // values: [rank_count][parts][n] partial sums; out[n] = their sum over all logical ranks and parts.
   virtual void sum_statistics(std::span<const double> values, int parts, std::span<double> out) = 0;
+  // Memory for local rank k's gradient area that this reducer wants the engine to use (the other
+  // processes read it there); empty: the rank allocates its own.
+  virtual std::span<float> gradient_memory(int local_rank) {
+    (void)local_rank;
+    return {};
+  }
 };
 
 std::unique_ptr<Reducer> make_reducer(ReduceMode mode, MPI_Comm comm, const ReduceLayout& layout);

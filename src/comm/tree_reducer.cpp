@@ -6,13 +6,19 @@
 // (ReduceLayout::tree_slots, tree_block). A rank first sums its own chunks into its subtree's root
 // (combine_local_parts: that root is the rank's own gradient, which the step records); then every
 // process sums, for its 1/P of the elements, the W roots in the tree's order, after one exchange of
-// the roots' slices, and the slices are gathered back. Each element is the same tree of the same
-// float32 chunk gradients at every world size and process layout, so the bits are too. Compared with
+// the roots' slices, and the slices are gathered back. When every process runs on one node, the
+// ranks' gradient areas are allocated in an MPI shared-memory window instead, and the processes read
+// each other's roots and sums in place between barriers: no copies into MPI buffers, no page pinning.
+// Each element is the same tree of the same float32 chunk gradients at every world size and process
+// layout, and with or without the window, so the bits are too. Compared with
 // the exact fixed-point sum (deterministic_reducer.cpp, used for other chunk counts) it moves floats
 // instead of 64-bit integers and has no passes for the maxima and the conversions; its rounding is
 // that of a pairwise float32 sum, as a tree allreduce such as NCCL's gives.
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <bit>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -52,10 +58,29 @@ class TreeReducer final : public Reducer {
       counts_.push_back(static_cast<int>(begin_[q + 1] - begin_[q]));
       offsets_.push_back(static_cast<int>(begin_[q]));
     }
-    const std::size_t mine = begin_[static_cast<std::size_t>(process_) + 1] - begin_[static_cast<std::size_t>(process_)];
-    remote_.resize((W - R) * mine);
     leaves_.resize(std::max(W, layout.tree_slots.size()));
-    requests_.reserve(2 * (P - 1) * R);
+    if (layout.share_node_memory && processes_ > 1) share_node_memory();
+    if (window_ == MPI_WIN_NULL) {
+      const std::size_t mine = begin_[static_cast<std::size_t>(process_) + 1] - begin_[static_cast<std::size_t>(process_)];
+      remote_.resize((W - R) * mine);
+      requests_.reserve(2 * (P - 1) * R);
+    }
+  }
+
+  ~TreeReducer() override {
+    // Freeing the window is collective. A process unwinding an exception is on its way to MPI_Abort (or
+    // to a stop every process takes, where MPI_Finalize frees it): waiting for the others could hang it.
+    if (window_ != MPI_WIN_NULL && std::uncaught_exceptions() == 0) {
+      MPI_Win_unlock_all(window_);
+      MPI_Win_free(&window_);
+    }
+  }
+  TreeReducer(const TreeReducer&) = delete;
+  TreeReducer& operator=(const TreeReducer&) = delete;
+
+  std::span<float> gradient_memory(int local_rank) override {
+    if (window_ == MPI_WIN_NULL) return {};
+    return {area(static_cast<std::size_t>(process_), static_cast<std::size_t>(local_rank)), area_floats()};
   }
 
   int combine_local_parts(std::span<const std::span<float>> grads, int parts) override {
@@ -70,6 +95,10 @@ class TreeReducer final : public Reducer {
 
   void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
     if (parts != 1) throw std::logic_error("tree reduction: combine_local_parts comes first");
+    if (window_ != MPI_WIN_NULL) {
+      allreduce_in_window(grads, divisor);
+      return;
+    }
     const std::size_t W = static_cast<std::size_t>(layout_.world_size), R = static_cast<std::size_t>(layout_.rank_count);
     const auto me = static_cast<std::size_t>(process_);
     const std::size_t lo = begin_[me], m = begin_[me + 1] - lo;
@@ -97,11 +126,7 @@ class TreeReducer final : public Reducer {
       const bool local = g >= static_cast<std::size_t>(layout_.rank_begin) && g < static_cast<std::size_t>(layout_.rank_begin) + R;
       leaves_[pos] = local ? grads[g - static_cast<std::size_t>(layout_.rank_begin)].data() + lo : remote(g);
     }
-    float* out = grads[0].data() + lo;
-    pairwise_sum(std::span<const float* const>(leaves_.data(), W), m, out);
-    const auto d = static_cast<float>(divisor);
-    if (d != 1.0f)
-      for (std::size_t i = 0; i < m; ++i) out[i] /= d;
+    sum_my_block(grads[0].data() + lo, m, divisor);
     if (processes_ > 1) {
       MPI_Request gather;
       mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, grads[0].data(), counts_.data(), offsets_.data(),
@@ -109,7 +134,7 @@ class TreeReducer final : public Reducer {
                 "MPI_Iallgatherv");
       wait_politely(gather);
     }
-    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(grads[0].data(), layout_.num_params, grads[k].data());
+    copy_to_other_local_ranks(grads);
   }
 
   // Statistics are a few numbers per chunk: their exact fixed-point sum costs nothing worth saving.
@@ -118,6 +143,90 @@ class TreeReducer final : public Reducer {
   }
 
  private:
+  // The W leaves_ are set: their tree's sum of m elements goes to out, divided by divisor.
+  void sum_my_block(float* out, std::size_t m, double divisor) {
+    pairwise_sum(std::span<const float* const>(leaves_.data(), static_cast<std::size_t>(layout_.world_size)), m, out);
+    const auto d = static_cast<float>(divisor);
+    if (d != 1.0f)
+      for (std::size_t i = 0; i < m; ++i) out[i] /= d;
+  }
+
+  void copy_to_other_local_ranks(std::span<const std::span<float>> grads) {
+    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(grads[0].data(), layout_.num_params, grads[k].data());
+  }
+
+  // Every process allocates its ranks' gradient areas in one window of the node's shared memory, when
+  // all processes are on one node and its /dev/shm (where MPICH puts the window's file) has room for
+  // twice the window: a tmpfs that fills up answers a write to a page it cannot back with SIGBUS, and
+  // containers often mount only 64 MB. All must agree: a window needs every process of the communicator.
+  void share_node_memory() {
+    MPI_Comm node = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, process_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    const std::size_t bytes = layout_.rank_count * area_floats() * sizeof(float);
+    struct statvfs shm{};
+    const bool room = statvfs("/dev/shm", &shm) == 0 &&
+                      static_cast<double>(shm.f_bavail) * static_cast<double>(shm.f_frsize) >=
+                          2.0 * static_cast<double>(bytes) * processes_;
+    int usable = node_size == processes_ && room ? 1 : 0;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    if (!usable) return;
+    if (layout_.rank_begin != process_ * layout_.rank_count)
+      throw std::logic_error("tree reduction: processes must hold equal, consecutive blocks of ranks");
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each process's pages on its own NUMA node
+    float* mine = nullptr;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), sizeof(float), info, comm_, &mine, &window_);
+    MPI_Info_free(&info);
+    mpi_check(rc, "MPI_Win_allocate_shared");
+    mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
+    for (int q = 0; q < processes_; ++q) {
+      MPI_Aint size = 0;
+      int disp_unit = 0;
+      float* base = nullptr;
+      mpi_check(MPI_Win_shared_query(window_, q, &size, &disp_unit, &base), "MPI_Win_shared_query");
+      bases_.push_back(base);
+    }
+  }
+
+  std::size_t area_floats() const { return layout_.tree_slots.size() * layout_.num_params; }
+  // Local rank k of process q's gradient area in the window (every process has rank_count ranks).
+  float* area(std::size_t q, std::size_t k) const { return bases_[q] + k * area_floats(); }
+
+  // Until every process has arrived, and with everything written before it visible to all after it.
+  void node_barrier() {
+    MPI_Win_sync(window_);
+    MPI_Request barrier;
+    mpi_check(MPI_Ibarrier(comm_, &barrier), "MPI_Ibarrier");
+    wait_politely(barrier);
+    MPI_Win_sync(window_);
+  }
+
+  // The same sums as the message path, reading the roots in place: (1) all roots final, each process sums
+  // its block of elements into its first rank's root; (2) all blocks summed, each copies the others'
+  // blocks; (3) all copied, so that no process writes its gradients (the next step) while another
+  // still reads them.
+  void allreduce_in_window(std::span<const std::span<float>> grads, double divisor) {
+    const auto W = static_cast<std::size_t>(layout_.world_size), R = static_cast<std::size_t>(layout_.rank_count);
+    const auto me = static_cast<std::size_t>(process_);
+    const std::size_t lo = begin_[me], m = begin_[me + 1] - lo;
+    if (grads[0].data() != area(me, 0)) throw std::logic_error("tree reduction: the gradients are not in the window");
+    node_barrier();
+    for (std::size_t pos = 0; pos < W; ++pos) {
+      const auto g = static_cast<std::size_t>(rank_at_[pos]);
+      leaves_[pos] = area(g / R, g % R) + lo;
+    }
+    sum_my_block(grads[0].data() + lo, m, divisor);
+    node_barrier();
+    for (std::size_t q = 0; q < static_cast<std::size_t>(processes_); ++q)
+      if (q != me) std::copy_n(area(q, 0) + begin_[q], begin_[q + 1] - begin_[q], grads[0].data() + begin_[q]);
+    node_barrier();
+    copy_to_other_local_ranks(grads);
+  }
+
   // Where remote logical rank g's slice of my block is received.
   float* remote(std::size_t g) {
     const std::size_t R = static_cast<std::size_t>(layout_.rank_count), me = static_cast<std::size_t>(process_);
@@ -132,10 +241,12 @@ class TreeReducer final : public Reducer {
   std::vector<int> rank_at_;            // the logical rank at each position of the ranks' subtrees
   std::vector<std::size_t> begin_;      // [P + 1] element blocks
   std::vector<int> counts_, offsets_;   // the blocks for MPI_Iallgatherv
-  std::vector<float> remote_;           // [W - R][my block] the other processes' roots
+  std::vector<float> remote_;           // [W - R][my block] the other processes' roots (without the window)
   std::vector<const float*> leaves_;
   std::vector<MPI_Request> requests_;
   FixedPointScratch stat_scratch_;
+  MPI_Win window_ = MPI_WIN_NULL;       // the node-shared gradient areas, when all processes share a node
+  std::vector<float*> bases_;           // [P] each process's part of the window
 };
 
 }  // namespace

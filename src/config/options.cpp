@@ -246,6 +246,8 @@ const std::vector<Field>& fields() {
       field("dist", "det_chunk", &R::dist, &DistSection::det_chunk, "deterministic reduce: samples per chunk; 0 = auto"),
       field("dist", "timeout_s", &R::dist, &DistSection::timeout_s,
             "seconds a step-loop collective may wait for the other ranks before the job is ended; 0 = never"),
+      field("dist", "shared_memory", &R::dist, &DistSection::shared_memory,
+            "deterministic tree: processes on one node read each other's gradients from shared memory"),
       field("precision", "matmul", &R::precision, &PrecisionSection::matmul, "fp32 | tf32 | bf16 | fp16"),
       field("precision", "amp", &R::precision, &PrecisionSection::amp, "none | fp16 (dynamic loss scaling)"),
       field("precision", "loss_scale_init", &R::precision, &PrecisionSection::loss_scale_init,

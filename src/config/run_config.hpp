@@ -106,6 +106,7 @@ struct DistSection {
   std::int64_t world_size = 0;  // logical ranks W; 0 = one per MPI process; else a multiple of the process count
   std::int64_t det_chunk = 0;   // deterministic mode: samples per chunk; 0 = auto (see docs/reproducibility.md)
   double timeout_s = 600.0;     // a step-loop collective waiting longer ends the job (a hung rank); 0 = never
+  bool shared_memory = true;    // deterministic tree: one node's processes read each other's gradients in place
 };
 
 struct PrecisionSection {

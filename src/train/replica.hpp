@@ -2,8 +2,11 @@
 // One logical rank's state: its replica of the model, its gradient, its optimizer, its BN buffers and its
 // activation workspace. A process holds one Replica per logical rank it simulates; everything a fault may
 // make rank-specific lives here, so two replicas never share state by accident.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "model/loss.hpp"
@@ -32,10 +35,50 @@ struct RankKnobs {
   bool own_ring = false;               // true when the two fields above apply
 };
 
+// A rank's gradient area (grad_parts x num_params floats): memory of its own, or memory the reducer lends
+// (the tree reducer's node-shared window, which the node's other processes read in place).
+class GradientBuffer {
+ public:
+  GradientBuffer() = default;
+  GradientBuffer(const GradientBuffer&) = delete;  // view_ would point into the other's memory
+  GradientBuffer& operator=(const GradientBuffer&) = delete;
+  GradientBuffer(GradientBuffer&&) noexcept = default;  // a moved vector keeps its storage: view_ stays valid
+  GradientBuffer& operator=(GradientBuffer&&) noexcept = default;
+
+  // From now on the gradients live in `memory` (nothing happens when it is empty); assign must then ask
+  // for exactly its size.
+  void lend(std::span<float> memory) {
+    if (memory.empty()) return;
+    own_.clear();
+    lent_ = view_ = memory;
+  }
+  void assign(std::size_t n, float value) {
+    if (lent_.empty()) {
+      own_.assign(n, value);
+      view_ = own_;
+      return;
+    }
+    if (n != lent_.size()) throw std::logic_error("the reducer lent gradient memory of another size");
+    std::fill(lent_.begin(), lent_.end(), value);
+  }
+  float* data() const { return view_.data(); }
+  std::size_t size() const { return view_.size(); }
+  bool empty() const { return view_.empty(); }
+  float* begin() const { return view_.data(); }
+  float* end() const { return view_.data() + view_.size(); }
+  float& operator[](std::size_t i) const { return view_[i]; }
+  operator std::span<float>() const { return view_; }
+  operator std::span<const float>() const { return view_; }
+
+ private:
+  std::vector<float> own_;
+  std::span<float> lent_, view_;
+};
+
 struct Replica {
   int rank = 0;                   // logical rank
   std::vector<float> params;      // flat, Mlp::tensors() layout
-  std::vector<float> grads;       // grad_parts x num_params partial gradients
+  GradientBuffer grads;           // grad_parts x num_params partial gradients
   std::vector<float> buffers;     // BN running statistics
   std::unique_ptr<Optimizer> optimizer;
   RankKnobs knobs;

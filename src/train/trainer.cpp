@@ -403,6 +403,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   reduce_layout_.rank_count = proc_.rank_count;
   reduce_layout_.num_params = model_.num_params();
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
+  reduce_layout_.share_node_memory = cfg_.dist.shared_memory;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
   if (deterministic_)
     plan_tree(reduce_layout_, cfg_.sampler.mode == "distributed", static_cast<std::size_t>(plan_.micro_batch / es.chunk),
@@ -437,6 +438,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   for (int k = 0; k < proc_.rank_count; ++k) {
     Replica& r = replicas_[static_cast<std::size_t>(k)];
     r.rank = proc_.rank_begin + k;
+    r.grads.lend(reducer_->gradient_memory(k));
     engine_->allocate(r);
     r.init_seed = cfg_.run.seed;
     faults_->prepare(r, setup_log);
@@ -612,7 +614,7 @@ void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& 
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
   part_sums_.resize(kPartBlock);
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
-    const std::vector<float>& g = replicas_[k].grads;
+    const GradientBuffer& g = replicas_[k].grads;
     const double unscale = scale / replicas_[k].loss_scale;
     double sum = 0.0;
     for (const ParamTensor& t : model_.tensors()) {

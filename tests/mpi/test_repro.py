@@ -92,18 +92,25 @@ def world_size_noise(args):
 
 
 def virtual_ranks(args):
-    """W=8 logical ranks on P = 1, 2, 4, 8 processes: bitwise identical for ring and deterministic."""
+    """W=8 logical ranks on P = 1, 2, 4, 8 processes: bitwise identical for ring and deterministic, and for
+    deterministic also with the processes exchanging gradients as messages (dist.shared_memory=false: the
+    path of processes on several nodes) instead of reading them in shared memory."""
     extra = SMALL + ["--batch.global=256", "--train.steps=15", "--dist.world_size=8", "--model.dropout=0.1"]
-    for mode in ["ring", "deterministic"]:
+    layouts = {"ring": [(1, True), (2, True), (4, True), (8, True)],
+               "deterministic": [(1, True), (2, True), (4, True), (8, True), (2, False), (4, False)]}
+    for mode, runs in layouts.items():
         ref = None
-        for p in [1, 2, 4, 8]:
-            run(args, extra + [f"--dist.reduce={mode}", f"--run.out={mode}{p}.h5"], ranks=p)
-            r = load(args, f"{mode}{p}.h5")
+        for p, shared in runs:
+            name = f"{mode}{p}{'' if shared else '_messages'}.h5"
+            run(args, extra + [f"--dist.reduce={mode}", f"--dist.shared_memory={str(shared).lower()}", f"--run.out={name}"],
+                ranks=p)
+            r = load(args, name)
             if ref is None:
                 ref = r
                 expect(r["train/param_hash"].shape[1] == 8, "the rank axis has 8 logical ranks")
                 continue
-            expect(all(same_bits(r[k], ref[k]) for k in r), f"{mode}: P={p} bitwise identical to P=1 (all datasets)")
+            expect(all(same_bits(r[k], ref[k]) for k in r),
+                   f"{mode}: P={p}{'' if shared else ' exchanging messages'} bitwise identical to P=1 (all datasets)")
 
 
 if __name__ == "__main__":

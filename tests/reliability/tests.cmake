@@ -26,3 +26,5 @@ divsim_reliability_test(reliability.io_error "mpi;reliability" 300 io_error.py
 # suite: 3 more minutes for the same property.
 divsim_reliability_test(reliability.kill_job "mpi;reliability" 600 kill_job.py
                         --recover $<TARGET_FILE:divsim-recover> --trials 12)
+divsim_reliability_test(reliability.small_shm "mpi;reliability" 600 small_shm.py)
+set_tests_properties(reliability.small_shm PROPERTIES SKIP_RETURN_CODE 77)

@@ -126,6 +126,7 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.dist.broadcast_init, b.dist.broadcast_init);
   EXPECT_EQ(a.dist.world_size, b.dist.world_size);
   EXPECT_EQ(a.dist.det_chunk, b.dist.det_chunk);
+  EXPECT_EQ(a.dist.shared_memory, b.dist.shared_memory);
   EXPECT_EQ(a.precision.matmul, b.precision.matmul);
   EXPECT_EQ(a.record.layers_every, b.record.layers_every);
   EXPECT_EQ(a.record.samples, b.record.samples);
@@ -183,6 +184,7 @@ RunConfig everything_changed() {
   c.dist.broadcast_init = false;
   c.dist.world_size = 8;
   c.dist.det_chunk = 64;
+  c.dist.shared_memory = false;
   c.run.device = "cuda";
   c.precision.matmul = "bf16";
   c.record.layers_every = 0;
