@@ -50,20 +50,20 @@ class GradientBuffer {
   void lend(std::span<float> memory) {
     if (memory.empty()) return;
     own_.clear();
-    lent_ = view_ = memory;
+    view_ = memory;
+    lent_ = true;
   }
   void assign(std::size_t n, float value) {
-    if (lent_.empty()) {
+    if (!lent_) {
       own_.assign(n, value);
       view_ = own_;
       return;
     }
-    if (n != lent_.size()) throw std::logic_error("the reducer lent gradient memory of another size");
-    std::fill(lent_.begin(), lent_.end(), value);
+    if (n != view_.size()) throw std::logic_error("the reducer lent gradient memory of another size");
+    std::fill(view_.begin(), view_.end(), value);
   }
   float* data() const { return view_.data(); }
   std::size_t size() const { return view_.size(); }
-  bool empty() const { return view_.empty(); }
   float* begin() const { return view_.data(); }
   float* end() const { return view_.data() + view_.size(); }
   float& operator[](std::size_t i) const { return view_[i]; }
@@ -72,7 +72,8 @@ class GradientBuffer {
 
  private:
   std::vector<float> own_;
-  std::span<float> lent_, view_;
+  std::span<float> view_;  // own_, or the lent memory
+  bool lent_ = false;
 };
 
 struct Replica {
