@@ -147,7 +147,9 @@ def step_allocations(args):
     counted by the LD_PRELOAD library alloc_counter.cpp; MPICH's, HDF5's and OpenBLAS's internals are
     theirs) are the same for N and 2N steps, per process, in each reduction mode, with virtual ranks,
     BatchNorm, dropout, accumulation, layer statistics and epoch changes inside the counted steps. The
-    final flush and evaluation happen once in both runs; periodic flushes are pushed past the run."""
+    final flush and evaluation happen once in both runs; periodic flushes are pushed past the run.
+    An AVX-512 build multiplies with Eigen or OpenBLAS depending on OpenBLAS's core (model/gemm_backend.cpp;
+    Eigen's own packing buffers once came from the heap at every product): there W=1 runs on both."""
     jobs = {"mpi W=1": (1, ["--dist.world_size=1", "--batch.global=256"]),
             "ring W=4 on 2 processes": (2, ["--dist.world_size=4", "--dist.reduce=ring", "--batch.global=256"]),
             "deterministic (tree: 8 chunks) W=4 on 2 processes, SyncBN, 2 micro-steps": (
@@ -158,19 +160,33 @@ def step_allocations(args):
                     "--batch.global=240"])}
     common = ["--data.train_size=2048", "--data.test_size=1000", "--model.batchnorm=true",
               "--model.dropout=0.1", "--record.layers_every=10", "--record.flush_every=1000", "--train.eval_every=0"]
-    for name, (procs, extra) in jobs.items():
+
+    def count(name, procs, extra, env=()):
         counts = []
         for steps in (30, 60):
             out = os.path.join(args.workdir, f"counts{len(counts)}")
             os.makedirs(out, exist_ok=True)
-            env = ["-genv", "LD_PRELOAD", args.preload, "-genv", "DIVSIM_ALLOC_COUNT_DIR", out]
+            options = ["-genv", "LD_PRELOAD", args.preload, "-genv", "DIVSIM_ALLOC_COUNT_DIR", out]
+            for key, value in env:
+                options += ["-genv", key, value]
             run(args, common + extra + [f"--train.steps={steps}", f"--run.out=alloc{steps}.h5", "--run.overwrite=true"],
-                ranks=procs, mpiexec_options=env)
+                ranks=procs, mpiexec_options=options)
             files = [os.path.join(out, f"rank{r}.txt") for r in range(procs)]
             expect(all(os.path.exists(f) for f in files), f"{name}, {steps} steps: the counter reported for every process")
             counts.append([int(pathlib.Path(f).read_text()) for f in files])
+        with h5py.File(os.path.join(args.workdir, "alloc60.h5"), "r") as f:
+            env_lines = f.attrs["env"].splitlines()
+        gemm = next(line for line in env_lines if line.startswith("gemm="))
         expect(all(c > 0 for c in counts[0]), f"{name}: the counter sees divsim's allocations ({counts[0]})")
-        expect(counts[0] == counts[1], f"{name}: allocations per process, 30 steps {counts[0]}, 60 steps {counts[1]}")
+        expect(counts[0] == counts[1], f"{name} ({gemm}): allocations per process, 30 steps {counts[0]}, 60 steps {counts[1]}")
+        return env_lines, gemm
+
+    for name, (procs, extra) in jobs.items():
+        env_lines, _ = count(name, procs, extra)
+    if any(line.startswith("eigen_simd=AVX512") for line in env_lines):
+        for core, backend in (("Haswell", "gemm=Eigen"), ("SkylakeX", "gemm=OpenBLAS")):
+            _, gemm = count(f"mpi W=1, OPENBLAS_CORETYPE={core}", *jobs["mpi W=1"], env=[("OPENBLAS_CORETYPE", core)])
+            expect(gemm.startswith(backend), f"OPENBLAS_CORETYPE={core} on an AVX-512 build: {backend}... ({gemm})")
 
 
 if __name__ == "__main__":
