@@ -9,6 +9,8 @@ measured and how it is judged (each script owns its own), and any target check: 
 they do not pass or fail.
 """
 import argparse
+import ctypes
+import ctypes.util
 import os
 import re
 import shutil
@@ -106,6 +108,66 @@ def repeated(repeats, points, measure):
     return results
 
 
+# OpenBLAS's cores by the widest vectors their kernels use (names as openblas_get_corename gives them).
+AVX512_CORES = {"skylakex", "cooperlake", "sapphirerapids"}
+AVX2_CORES = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+def openblas_core_to_pin(detected, flags):
+    """The OpenBLAS core to set when `detected` (what OpenBLAS picked by itself) uses narrower vectors than
+    a CPU with these /proc/cpuinfo flags has, else None."""
+    if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags:
+        fit, wanted = ("Cooperlake" if "avx512_bf16" in flags else "SkylakeX"), AVX512_CORES
+    elif {"avx2", "fma"} <= flags:
+        fit, wanted = "Haswell", AVX2_CORES
+    else:
+        return None
+    return None if detected.lower() in wanted else fit
+
+
+def openblas_autodetected_core():
+    """The core OpenBLAS picks by itself on this machine (its CPU table), or None without OpenBLAS."""
+    name = ctypes.util.find_library("openblas")
+    if name is None:
+        return None
+    lib = ctypes.CDLL(name)  # loaded with this process's environment: no OPENBLAS_CORETYPE (checked by the caller)
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
+
+
+_openblas_note = None
+
+
+def pin_openblas_core():
+    """OpenBLAS 0.3.21 (Debian 12) knows CPUs up to Sapphire Rapids; on a newer one (an Emerald Rapids,
+    family 6 model 207, seen here) its table falls back to Prescott, SSE3 kernels at a quarter of the
+    machine's single-core rate, and torch's matmuls with it: a peer measured that way says nothing about
+    PyTorch (as with Debian's reference BLAS). So when OpenBLAS picks a core narrower than the CPU's
+    vectors, the benchmarks set OPENBLAS_CORETYPE to the core that fits, for every process they start:
+    the peer, divsim (which then multiplies with OpenBLAS too, docs/design.md) and the GEMM helper. A
+    core set by the caller is left alone. Once per process; returns the phrase machine() prints."""
+    global _openblas_note
+    if _openblas_note is None:
+        _openblas_note = ""
+        if os.environ.get("OPENBLAS_CORETYPE"):
+            _openblas_note = f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} (set by the caller)"
+        else:
+            detected = openblas_autodetected_core()
+            fit = openblas_core_to_pin(detected, cpu_flags()) if detected is not None else None
+            if fit is not None:
+                os.environ["OPENBLAS_CORETYPE"] = fit
+                _openblas_note = f"OPENBLAS_CORETYPE={fit} (OpenBLAS's own table picks {detected} on this CPU)"
+    return _openblas_note
+
+
 def machine():
     """One line naming the machine and its load, printed under every table (the figures depend on both)."""
     model = "unknown CPU"
@@ -115,7 +177,8 @@ def machine():
     except OSError:
         pass
     load = os.getloadavg()[0]
-    return f"{model}, {os.cpu_count()} cores, load average {load:.1f} at the start"
+    note = pin_openblas_core()
+    return f"{model}, {os.cpu_count()} cores, load average {load:.1f} at the start" + (f", {note}" if note else "")
 
 
 def write_section(doc, section, text):
@@ -135,6 +198,7 @@ def cli(table, section, quick):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--write", default="")
     known, rest = ap.parse_known_args()
+    pin_openblas_core()  # before anything is measured
     try:
         text = table((quick if known.quick else []) + rest)
         print(text)

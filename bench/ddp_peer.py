@@ -29,9 +29,13 @@ import sys
 import tempfile
 import time
 
-# One thread per rank: fixed before torch (and its BLAS) is loaded, here and in the spawned ranks.
+# One thread per rank, and OpenBLAS on kernels that fit the CPU (benchlib.pin_openblas_core): fixed
+# before torch (and its BLAS) is loaded, here and in the spawned ranks.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+import benchlib  # noqa: E402  (bench/, beside this file)
+
+benchlib.pin_openblas_core()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -40,6 +40,18 @@ def test_products_seconds_takes_each_product_at_its_best_rate():
     assert gemm.products_seconds(4, [3, 2, 1], rates) == pytest.approx(expected, rel=1e-15)
 
 
+def test_openblas_core_is_pinned_only_below_the_cpus_vectors():
+    avx512_bf16 = {"avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq", "avx512_bf16"}
+    avx2 = {"avx", "avx2", "fma"}
+    # OpenBLAS 0.3.21 on an Emerald Rapids picks Prescott: the CPU's own AVX-512 core instead.
+    assert benchlib.openblas_core_to_pin("Prescott", avx512_bf16) == "Cooperlake"
+    assert benchlib.openblas_core_to_pin("Haswell", avx512_bf16 - {"avx512_bf16"}) == "SkylakeX"
+    assert benchlib.openblas_core_to_pin("Sandybridge", avx2) == "Haswell"
+    for detected, flags in [("Cooperlake", avx512_bf16), ("SkylakeX", avx512_bf16), ("Zen", avx2),
+                            ("Haswell", avx2), ("Prescott", {"sse3"})]:
+        assert benchlib.openblas_core_to_pin(detected, flags) is None, (detected, flags)
+
+
 def test_write_section_replaces_only_its_own_markers(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("intro\n<!-- bench:a:begin -->\nold a\n<!-- bench:a:end -->\n"
