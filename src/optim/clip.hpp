@@ -5,7 +5,7 @@
 
 namespace divsim {
 
-// Sum of (scale * v_i)^2 in double, in 16 partial sums of a fixed pattern combined in a fixed order
+// Sum of (scale * v_i)^2 in double, in 32 partial sums of a fixed pattern combined in a fixed order
 // (deterministic, independent of the process layout, and vectorisable).
 double sum_of_squares(std::span<const float> v, double scale = 1.0);
 // L2 norm of v: sqrt(sum_of_squares(v)).
