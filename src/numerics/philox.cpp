@@ -134,10 +134,13 @@ void KeyedStream::fill_uniform(std::span<float> out) const {
       k0 += kPhiloxW0;
       k1 += kPhiloxW1;
     }
-    float u[kBlocks * 4];
+    // Straight into `out`, but for a last, partial batch of blocks.
+    float tail[kBlocks * 4];
+    const std::size_t left = out.size() - b0 * 4;
+    float* dst = left >= kBlocks * 4 ? out.data() + b0 * 4 : tail;
     for (std::size_t v = 0; v < kVectors; ++v)
-      store_uniforms((c0[v] & low) | (c1[v] << 32), (c2[v] & low) | (c3[v] << 32), u + v * kLanes * 4);
-    std::copy_n(u, std::min(kBlocks * 4, out.size() - b0 * 4), out.data() + b0 * 4);
+      store_uniforms((c0[v] & low) | (c1[v] << 32), (c2[v] & low) | (c3[v] << 32), dst + v * kLanes * 4);
+    if (dst == tail) std::copy_n(tail, left, out.data() + b0 * 4);
   }
 }
 #else
