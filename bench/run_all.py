@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--mpiexec", default="")
     a = ap.parse_args()
     common = ["--divsim", a.divsim] + (["--mpiexec", a.mpiexec] if a.mpiexec else [])
+    benchlib.pin_openblas_core()  # before anything is measured, as every script's own command line does
     try:
         sections = {"build": build_section(benchlib.check_divsim(a.divsim), a.quick)}
         print(sections["build"], flush=True)
