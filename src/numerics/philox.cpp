@@ -16,6 +16,7 @@ __extension__ typedef unsigned __int128 uint128;  // GCC/Clang builtin, for a 64
 
 namespace {
 
+constexpr std::uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;  // the round multipliers
 constexpr std::uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // the key schedule's increments
 
 // The 10 Philox rounds on N counters side by side (c[word][lane]): with N > 1 each step is the same
@@ -24,11 +25,11 @@ constexpr std::uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // th
 // shuffling of even and odd lanes.
 template <class T, std::size_t N>
 void philox_rounds(T (&c)[4][N], PhiloxKey k) {
-  constexpr T kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kLow = 0xFFFFFFFFu;
+  constexpr T kLow = 0xFFFFFFFFu;
   for (int round = 0; round < 10; ++round) {
     for (std::size_t j = 0; j < N; ++j) {
-      const std::uint64_t p0 = std::uint64_t{kM0} * c[0][j];
-      const std::uint64_t p1 = std::uint64_t{kM1} * c[2][j];
+      const std::uint64_t p0 = std::uint64_t{kPhiloxM0} * c[0][j];
+      const std::uint64_t p1 = std::uint64_t{kPhiloxM1} * c[2][j];
       c[0][j] = static_cast<T>((p1 >> 32) ^ c[1][j] ^ k[0]);
       c[1][j] = static_cast<T>(p1 & kLow);
       c[2][j] = static_cast<T>((p0 >> 32) ^ c[3][j] ^ k[1]);
@@ -78,7 +79,9 @@ namespace {
 #if defined(__AVX512F__)
 constexpr std::size_t kLanes = 8;
 typedef std::uint64_t Lanes __attribute__((vector_size(64)));
-Lanes mul_lo32(Lanes a, Lanes b) { return reinterpret_cast<Lanes>(_mm512_mul_epu32(reinterpret_cast<__m512i>(a), reinterpret_cast<__m512i>(b))); }
+Lanes mul_lo32(Lanes a, Lanes b) {
+  return reinterpret_cast<Lanes>(_mm512_mul_epu32(reinterpret_cast<__m512i>(a), reinterpret_cast<__m512i>(b)));
+}
 // ab holds words (0, 1) of each lane's block, cd words (2, 3): stores the lanes' 4 words block by block
 // as uniforms, 4 * kLanes floats.
 void store_uniforms(Lanes ab, Lanes cd, float* out) {
@@ -92,7 +95,9 @@ void store_uniforms(Lanes ab, Lanes cd, float* out) {
 #else
 constexpr std::size_t kLanes = 4;
 typedef std::uint64_t Lanes __attribute__((vector_size(32)));
-Lanes mul_lo32(Lanes a, Lanes b) { return reinterpret_cast<Lanes>(_mm256_mul_epu32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b))); }
+Lanes mul_lo32(Lanes a, Lanes b) {
+  return reinterpret_cast<Lanes>(_mm256_mul_epu32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b)));
+}
 void store_uniforms(Lanes ab, Lanes cd, float* out) {
   const __m256i x = reinterpret_cast<__m256i>(ab), y = reinterpret_cast<__m256i>(cd);
   const __m256i even = _mm256_unpacklo_epi64(x, y), odd = _mm256_unpackhi_epi64(x, y);  // blocks 0, 2 / 1, 3
@@ -109,7 +114,7 @@ void store_uniforms(Lanes ab, Lanes cd, float* out) {
 // The counters' high halves are never cleared: mul_lo32 ignores them and the output keeps the low 32 bits.
 void KeyedStream::fill_uniform(std::span<float> out) const {
   constexpr std::size_t kVectors = 4, kBlocks = kVectors * kLanes;
-  const Lanes m0 = Lanes{} + 0xD2511F53u, m1 = Lanes{} + 0xCD9E8D57u, low = Lanes{} + 0xFFFFFFFFu;
+  const Lanes m0 = Lanes{} + kPhiloxM0, m1 = Lanes{} + kPhiloxM1, low = Lanes{} + 0xFFFFFFFFu;
   Lanes lane{};
   for (std::size_t j = 0; j < kLanes; ++j) lane[j] = j;
   const std::size_t blocks = (out.size() + 3) / 4;
