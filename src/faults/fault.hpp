@@ -47,6 +47,8 @@ class Fault {
   // Faults whose every action is an event (a flipped bit, a skipped allreduce) say so; the others are
   // logged when they start acting on a rank.
   virtual bool log_every_step() const { return false; }
+  // Faults that make a rank apply the last reduced gradient instead of this step's keep a copy of it.
+  virtual bool needs_last_gradient() const { return false; }
 
   // Hooks; each returns the /events detail of what it did ("" = nothing to log).
   virtual std::string prepare(Replica&) const { return {}; }                 // set-up (init seed, broadcast)

@@ -1,5 +1,6 @@
 #include "faults/fault_set.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "config/options.hpp"
@@ -34,6 +35,10 @@ std::vector<FaultRowText> FaultSet::rows() const {
     out.push_back({s.name, s.ranks.text(), s.text, s.start, s.stop, s.every, s.prob});
   }
   return out;
+}
+
+bool FaultSet::needs_last_gradient() const {
+  return std::any_of(faults_.begin(), faults_.end(), [](const auto& f) { return f->needs_last_gradient(); });
 }
 
 void FaultSet::prepare(Replica& r, const EventSink& log) const {

@@ -27,6 +27,7 @@ class FaultSet {
 
   bool empty() const { return faults_.empty(); }
   std::vector<FaultRowText> rows() const;
+  bool needs_last_gradient() const;  // some fault applies a rank's last reduced gradient (Replica::last_grad)
   static std::vector<std::string> names();  // every registered fault
 
   void prepare(Replica& r, const EventSink& log) const;

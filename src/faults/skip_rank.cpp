@@ -17,6 +17,7 @@ class SkipRank final : public Fault {
     if (static_cast<int>(spec_.ranks.ranks.size()) >= ctx.world_size) fail("at least one rank must stay in the allreduce");
   }
   bool log_every_step() const override { return true; }
+  bool needs_last_gradient() const override { return stale_; }
   std::string adjust(std::int64_t, Replica& r) const override {
     r.knobs.participates = false;
     r.knobs.stale_gradient = stale_;

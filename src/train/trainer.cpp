@@ -791,9 +791,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
                          "rank 0's initial " + t.layer + "." + t.name + " (PyTorch layout), before step 0");
   const std::size_t L = model_.layers().size(), R = replicas_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
-  const bool keep_last_grad = std::any_of(faults_->rows().begin(), faults_->rows().end(),
-                                          [](const FaultRowText& f) { return f.name == "skip_rank"; });
-  if (keep_last_grad)
+  if (faults_->needs_last_gradient())
     for (Replica& r : replicas_) r.last_grad.assign(np, 0.0f);
 
   std::vector<double> loss(R), gnorm_local(R), gnorm(R), pnorm(R), lr(R), scale(R);
