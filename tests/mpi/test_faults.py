@@ -273,11 +273,66 @@ def all_at_once(args):
     expect(h[0, 3] != h[0, 1] and h[0, 0] != h[0, 1], "unsynced_seed and clip_mismatch part ranks 3 and 0 from step 0")
 
 
+# Every fault alone (every_fault: the first spec of each; every_mode: all of them), for a few steps at
+# whatever world size the test runs, on the model and settings every fault needs. A fault acting on the
+# last rank of a wide world must run to the end and write its file: the crash of issue 32 (every rank
+# SIGSEGV at W=8 on 8 processes with most faults) ran at W=4 and on virtual ranks. Options after a spec
+# adjust the settings for it alone.
+EVERY_MODE = [
+    "unsynced_seed:stream=init,ranks=7", "unsynced_seed:stream=sampler,ranks=7",
+    "unsynced_seed:stream=dropout,ranks=7", "unsynced_seed:stream=augment,mode=clock,ranks=7",
+    "overlapping_shards:mode=duplicate_rank,of=0,ranks=7", "overlapping_shards:mode=wrong_num_replicas,ranks=7",
+    "overlapping_shards:mode=local_shuffle,ranks=7",
+    "tf32_mismatch:format=tf32,ranks=7", "tf32_mismatch:format=bf16,ranks=7", "tf32_mismatch:format=fp16,ranks=7",
+    "bn_drift:ranks=1-7",
+    "skip_rank:mode=own_grad,ranks=7,start=2", "skip_rank:mode=stale,ranks=3-7,start=2",
+    "accum_misalign:offset=+1,ranks=7,start=2", "accum_misalign:scheduler_per_micro=true,ranks=7,start=2",
+    ("loss_skew:param=label_smoothing,value=0.1,ranks=7", "--loss.type=cross_entropy"), "loss_skew:param=asl_margin,value=0.05,ranks=6-7",
+    "optimizer_state_reset:ranks=7,start=3",
+    "loss_scaler_desync:ranks=7",
+    "reduction_order:mode=bucket,cap_mb=0.1,ranks=7", "reduction_order:mode=shuffle,ranks=7",
+    "bitflip:bit=30,ranks=7,start=2", "bitflip:bit=12,index=5,ranks=7,start=2",
+    "stale_scheduler:ranks=3,start=3",
+    "clip_mismatch:max_norm=0.5,ranks=7",
+]
+EVERY_MODE_STEPS = 6
+
+
+def every_mode(args, specs=EVERY_MODE):
+    catalog = sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "inputs", "faults")) if n.endswith(".ini"))
+    specs = [(s,) if isinstance(s, str) else s for s in specs]
+    expect(sorted({s[0].split(":")[0] for s in specs}) == catalog, f"every fault of inputs/faults/ ({len(catalog)})")
+    base = ["--model.hidden=32,16", "--model.batchnorm=true", "--model.dropout=0.1", "--data.augment=true", "--loss.type=asl",
+            "--loss.margin=0.1", "--batch.global=64", "--batch.accum_steps=2", "--precision.amp=fp16",
+            "--schedule.type=cosine", "--schedule.warmup_steps=2", f"--train.steps={EVERY_MODE_STEPS}",
+            "--train.eval_every=3", "--record.samples=true", "--record.layers_every=1"]
+    for i, (spec, *extra) in enumerate(specs):
+        out = f"f{i}.h5"
+        keys = {e.split("=")[0] for e in extra}
+        options = [b for b in base if b.split("=")[0] not in keys] + list(extra)
+        proc = run(args, [*options, f"--run.out={out}", f"--fault={spec}"], check=False, timeout=300)
+        if proc.returncode != 0:
+            sys.exit(f"NOT OK: W={args.ranks}: {spec} exited {proc.returncode}\n{proc.stderr.strip()[-2000:]}")
+        print(f"OK: W={args.ranks}: {spec} exits 0")
+        with h5py.File(os.path.join(args.workdir, out), "r") as f:
+            loss = f["train/loss"][()]
+            kinds = {e["kind"].decode() for e in f["events"][()]}
+        expect(loss.shape == (EVERY_MODE_STEPS, args.ranks), f"  and writes {EVERY_MODE_STEPS} steps x {args.ranks} ranks")
+        expect(spec.split(":")[0] in kinds, "  and logs the fault in /events")
+
+
+def every_fault(args):
+    first = {}
+    for s in EVERY_MODE:
+        first.setdefault((s if isinstance(s, str) else s[0]).split(":")[0], s)
+    every_mode(args, list(first.values()))
+
+
 if __name__ == "__main__":
     from divsim_testlib import parse_args
     commands = {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
-                                          "clip_mismatch", "all_at_once"]}
+                                          "clip_mismatch", "all_at_once", "every_fault", "every_mode"]}
     a = parse_args(list(commands))
     commands[a.command](a)

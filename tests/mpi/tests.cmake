@@ -46,6 +46,12 @@ foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank 
   divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4 --procs 2)
 endforeach()
 divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)
+# Every fault alone at W=8 for 6 steps: on 8 processes, one rank each (every fault, ~7 s a run: each
+# parallel HDF5 write is a collective of 8 busy-polling processes on 2 cores), and on virtual ranks, 4
+# per process (every mode of every fault).
+divsim_mpi_test(NAME fault.every_fault_w8 LABELS "mpi;faults" SCRIPT test_faults.py ARGS every_fault --ranks 8 TIMEOUT 900)
+divsim_mpi_test(NAME fault.every_mode_w8.virtual LABELS "mpi;faults" SCRIPT test_faults.py ARGS every_mode --ranks 8 --procs 2
+                TIMEOUT 900)
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
 foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree derived_accumulation ring_buckets
