@@ -8,7 +8,6 @@
 #include "config/options.hpp"
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -23,12 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "config/option_grammar.hpp"
 #include "divsim_version.hpp"
 #include "faults/fault_spec.hpp"
 
 namespace divsim {
-
-namespace po = boost::program_options;
 
 ConfigError::ConfigError(std::string key, const std::string& problem)
     : std::runtime_error(key + ": " + problem), key_(std::move(key)) {}
@@ -383,113 +381,59 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-po::options_description file_options() {
-  po::options_description desc;
-  desc.add_options()("fault", po::value<std::string>());
-  for (const Field& f : fields()) desc.add_options()(f.name.c_str(), po::value<std::string>());
-  return desc;
+OptionGrammar file_options() {
+  OptionGrammar g(0, 0);
+  g.value("fault", "", "");
+  for (const Field& f : fields()) g.value(f.name, "", "");
+  return g;
 }
 
 // Reads one INI file: its key assignments (in order) and its fault lines (appended to cfg.faults).
 std::vector<Assignment> read_config_file(const std::string& path, RunConfig& cfg) {
   const std::string text = read_file(path);
   check_sections(text, path);
-  const po::options_description desc = file_options();
-  std::istringstream stream(text);
-  const po::parsed_options parsed = [&] {
-    try {
-      return po::parse_config_file(stream, desc, /*allow_unregistered=*/true);
-    } catch (const po::error& e) {
-      throw ConfigError("config", "file " + in_quotes(path) + ": " + e.what());
-    }
-  }();
   const std::string where = "in file " + in_quotes(path);
   std::vector<Assignment> layer;
-  for (const po::option& o : parsed.options) {
-    const std::string value = o.value.empty() ? "" : o.value.front();
-    if (o.string_key == "fault") {
+  file_options().tokenize_ini(text, path, [&](const std::string& key, const std::string& value, bool known) {
+    if (key == "fault") {
       add_fault(cfg, value, where);
-    } else if (o.unregistered) {
-      const std::string_view key = o.string_key;
-      if (key.ends_with(".fault"))
-        throw ConfigError(o.string_key, "fault lines go at the top of the file, before any [section] (" + where + ")");
+    } else if (!known) {
+      if (std::string_view(key).ends_with(".fault"))
+        throw ConfigError(key, "fault lines go at the top of the file, before any [section] (" + where + ")");
       const std::string guess = closest(key, key_names());
-      throw ConfigError(o.string_key, "unknown key " + where +
-                                          (guess.empty() ? "; sections are " + section_list() + " (see --help)"
-                                                         : "; did you mean " + guess + "?"));
+      throw ConfigError(key, "unknown key " + where +
+                                 (guess.empty() ? "; sections are " + section_list() + " (see --help)"
+                                                : "; did you mean " + guess + "?"));
     } else {
-      layer.push_back({o.string_key, value});
+      layer.push_back({key, value});
     }
-  }
+  });
   return layer;
 }
 
 constexpr unsigned kHelpWidth = 100;
 constexpr unsigned kHelpDescriptionWidth = 54;
 
-// One description serves both argv parsing and --help, so the help cannot drift from what parses.
-po::options_description command_line_options() {
-  po::options_description all(kHelpWidth, kHelpDescriptionWidth);
-  po::options_description general("General options", kHelpWidth, kHelpDescriptionWidth);
-  general.add_options()
-      ("config", po::value<std::string>()->value_name("FILE"),
-       "INI file: [section] then key = value; fault = SPEC lines at the top. Repeatable: later files win")
-      ("out", po::value<std::string>()->value_name("PATH"), "alias of --run.out")
-      ("fault", po::value<std::string>()->value_name("SPEC"),
-       "inject a fault NAME[:key=value,...]; common keys ranks (all, N, A-B, A+B), start, stop, every, prob; "
-       "repeatable")
-      ("quiet", "no progress line")
-      ("print-config", "print the effective configuration as INI and exit")
-      ("help", "print this help and exit")
-      ("version", "print the version and exit");
-  all.add(general);
+// One grammar serves both argv parsing and --help, so the help cannot drift from what parses.
+OptionGrammar command_line_options() {
+  OptionGrammar g(kHelpWidth, kHelpDescriptionWidth);
+  g.group("General options");
+  g.value("config", "FILE", "INI file: [section] then key = value; fault = SPEC lines at the top. Repeatable: later files win");
+  g.value("out", "PATH", "alias of --run.out");
+  g.value("fault", "SPEC",
+          "inject a fault NAME[:key=value,...]; common keys ranks (all, N, A-B, A+B), start, stop, every, prob; "
+          "repeatable");
+  g.flag("quiet", "no progress line");
+  g.flag("print-config", "print the effective configuration as INI and exit");
+  g.flag("help", "print this help and exit");
+  g.flag("version", "print the version and exit");
   const RunConfig defaults;
   for (const Section& s : kSections) {
-    po::options_description group(std::string("[") + s.name + "] " + s.title, kHelpWidth, kHelpDescriptionWidth);
-    for (const Field& f : fields()) {
-      if (f.section != s.name) continue;
-      const std::string def = f.get(defaults);
-      group.add_options()(f.name.c_str(),
-                          po::value<std::string>()->value_name(f.kind)->default_value(def, def.empty() ? "\"\"" : def),
-                          f.meaning);
-    }
-    all.add(group);
+    g.group(std::string("[") + s.name + "] " + s.title);
+    for (const Field& f : fields())
+      if (f.section == s.name) g.value(f.name, f.kind, f.meaning, f.get(defaults));
   }
-  return all;
-}
-
-po::parsed_options parse_argv(int argc, const char* const* argv, const po::options_description& desc) {
-  namespace style = po::command_line_style;
-  // Boost rejects an empty value after '=', but "--model.hidden=" (no hidden layer) and "--run.out=" are
-  // meaningful: pass them on as "--key" followed by an empty token.
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    // "--=" has no name: find_nothrow("") would throw (every option matches it); Boost reports it below.
-    const bool empty_value = a.starts_with("--") && a.size() > 3 && a.find('=') == a.size() - 1;
-    const po::option_description* option =
-        empty_value ? desc.find_nothrow(std::string(a.substr(2, a.size() - 3)), false) : nullptr;
-    if (option != nullptr && option->semantic()->max_tokens() > 0) {
-      args.emplace_back(a.substr(0, a.size() - 1));
-      args.emplace_back();
-    } else {
-      args.emplace_back(a);
-    }
-  }
-  try {
-    // Long options only, no prefix guessing: --optim.l must not silently mean --optim.lr.
-    return po::command_line_parser(args)
-        .options(desc)
-        .style(style::allow_long | style::long_allow_adjacent | style::long_allow_next)
-        .allow_unregistered()
-        .run();
-  } catch (const po::error_with_option_name& e) {
-    std::string key = e.get_option_name();
-    key.erase(0, key.find_first_not_of('-'));
-    throw ConfigError(key.empty() ? "command line" : key, e.what());
-  } catch (const po::error& e) {
-    throw ConfigError("command line", e.what());
-  }
+  return g;
 }
 
 [[noreturn]] void unknown_option(const std::string& key) {
@@ -569,20 +513,16 @@ bool parse_bool(const std::string& key, std::string_view text) {
 }
 
 CliResult parse_command_line(int argc, const char* const* argv) {
-  const po::options_description desc = command_line_options();
-  const po::parsed_options parsed = parse_argv(argc, argv, desc);
-
+  const OptionGrammar grammar = command_line_options();
   CliResult result;
   bool help = false, version = false, print_config = false;
   std::vector<std::string> files, cli_faults;
   std::vector<Assignment> cli;
-  for (const po::option& o : parsed.options) {
-    const std::string value = o.value.empty() ? "" : o.value.front();
-    if (o.string_key.empty())
+  grammar.tokenize_argv(argc, argv, [&](const std::string& key, const std::string& value, bool known) {
+    if (key.empty())
       throw ConfigError(value.empty() ? "command line" : value, "unexpected argument " + in_quotes(value) +
                                    "; settings are given as --section.key=VALUE (see --help)");
-    if (o.unregistered) unknown_option(o.string_key);
-    const std::string& key = o.string_key;
+    if (!known) unknown_option(key);
     if (key == "help") help = true;
     else if (key == "version") version = true;
     else if (key == "print-config") print_config = true;
@@ -591,13 +531,13 @@ CliResult parse_command_line(int argc, const char* const* argv) {
     else if (key == "fault") cli_faults.push_back(value);
     else if (key == "out") cli.push_back({"run.out", value});
     else cli.push_back({key, value});
-  }
+  });
   if (help) {
     std::ostringstream text;
     const std::string banner = version_text();
     text << banner.substr(0, banner.size() - 1) << ": MPI simulator of data-parallel training divergence\n\n"
          << "Usage: mpiexec -n W divsim [--config FILE]... [--section.key=VALUE]... [--fault SPEC]...\n"
-         << "       divsim recover RUN [OUT]   rebuild a killed run's trajectory from RUN.journal\n" << desc;
+         << "       divsim recover RUN [OUT]   rebuild a killed run's trajectory from RUN.journal\n" << grammar.help();
     result.action = CliAction::help;
     result.text = text.str();
     return result;

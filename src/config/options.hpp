@@ -1,6 +1,6 @@
 #pragma once
 // The configuration front end: embedded defaults, then INI files (--config, in order), then the command
-// line (--section.key=value), parsed with Boost.Program_options into a validated RunConfig; --help,
+// line (--section.key=value), tokenized by Boost.Program_options (option_grammar.hpp) into a validated RunConfig; --help,
 // --version and --print-config; and the inverse, to_ini(), which prints the effective configuration so
 // that it parses back to the same RunConfig.
 //
@@ -8,24 +8,13 @@
 // checks them once MPI is up) and nothing about what a fault does (faults/ interprets the specs; only
 // their syntax is checked here).
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "config/config_error.hpp"
 #include "config/run_config.hpp"
 
 namespace divsim {
-
-// A configuration or usage error; what() = "<key>: <problem>". key() is the `section.key` (or `config`,
-// `fault`, or the unknown option as given) so callers and tests can tell which setting was wrong.
-class ConfigError : public std::runtime_error {
- public:
-  ConfigError(std::string key, const std::string& problem);
-  const std::string& key() const { return key_; }
-
- private:
-  std::string key_;
-};
 
 enum class CliAction { run, help, version, print_config };
 
