@@ -166,13 +166,13 @@ TEST(OptimCommon, ResetStateBehavesLikeAFreshOptimizer) {
     used->step(p, g1, 0.1);
     used->reset_state();
     EXPECT_EQ(used->steps_taken(), 0) << cfg.type;
-    EXPECT_TRUE(std::all_of(used->state().begin(), used->state().end(), [](float x) { return x == 0.0f; }));
+    EXPECT_TRUE(std::ranges::all_of(used->state(), [](float x) { return x == 0.0f; }));
     auto fresh = make_optimizer(cfg, 3);
     std::vector<float> q = p;
     used->step(p, g2, 0.1);
     fresh->step(q, g2, 0.1);
     EXPECT_EQ(p, q) << cfg.type;
-    EXPECT_TRUE(std::equal(used->state().begin(), used->state().end(), fresh->state().begin())) << cfg.type;
+    EXPECT_TRUE(std::ranges::equal(used->state(), fresh->state())) << cfg.type;
   }
 }
 
@@ -183,7 +183,7 @@ TEST(OptimCommon, RestoredStateAndStepCountContinueBitForBit) {
     std::vector<float> p = {1.0f, 2.0f};
     for (int t = 0; t < 3; ++t) a->step(p, g1, 0.01);
     auto b = make_optimizer(cfg, 2);  // a checkpoint restore: copy the state floats and the step count
-    std::copy(a->state().begin(), a->state().end(), b->state().begin());
+    std::ranges::copy(a->state(), b->state().begin());
     b->set_steps_taken(a->steps_taken());
     std::vector<float> q = p;
     a->step(p, g2, 0.01);
