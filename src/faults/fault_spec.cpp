@@ -188,8 +188,8 @@ FaultSpec parse_fault_spec(const std::string& text) {
 void check_fault_ranks(const FaultSpec& f, int world_size) {
   if (f.ranks.max_rank() >= world_size)
     throw fault_error(f.text, "ranks=" + f.ranks.text() + " names rank " + std::to_string(f.ranks.max_rank()) +
-                                  " but the world has " + std::to_string(world_size) + " ranks (0.." +
-                                  std::to_string(world_size - 1) + ")");
+                                  " but the world has " + std::to_string(world_size) +
+                                  (world_size == 1 ? " rank (0)" : " ranks (0.." + std::to_string(world_size - 1) + ")"));
 }
 
 }  // namespace divsim

@@ -6,6 +6,7 @@
 //                         clock-seeded stream: reruns differ.
 // Signature: last-bit differences from step 1 that grow with steps; with chosen ranks, replicas split
 // in the low bits; with mode=shuffle on all ranks they stay in sync but two reruns differ.
+#include "comm/reducer.hpp"
 #include "faults/fault.hpp"
 #include "numerics/philox.hpp"
 
@@ -21,6 +22,8 @@ class ReductionOrder final : public Fault {
     if (!(cap_mb_ > 0.0)) fail("cap_mb must be > 0");
     if (!shuffle_ && cap_mb_ == ctx.cfg.dist.bucket_cap_mb) fail("cap_mb equals dist.bucket_cap_mb: no change");
     if (ctx.world_size < 2) fail("needs a world size of at least 2 (there is no order to change)");
+    if (parse_reduce_mode(ctx.cfg.dist.reduce) == ReduceMode::deterministic)
+      fail("dist.reduce=deterministic has no summation order to change");
   }
   bool log_every_step() const override { return shuffle_; }
   std::string adjust(std::int64_t step, Replica& r) const override {

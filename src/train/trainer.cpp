@@ -339,7 +339,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
                    " parameters (model.hidden, dist.world_size / processes) with their gradients, optimizer state and "
                    "activations");
   if (cfg_.run.resume == "auto") resume_ = find_checkpoint(cfg_.output_path());
-  check_output_path(cfg_.output_path(), cfg_.run.overwrite);
   if (resume_) {
     if (resume_->world_size != proc_.world_size)
       throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) + " has world size " +
@@ -393,10 +392,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
 
   faults_ = std::make_unique<FaultSet>(cfg_.faults, FaultContext{cfg_, proc_.world_size, total_steps_, nonce});
-  if (!faults_->empty() && deterministic_)
-    for (const auto& row : faults_->rows())
-      if (row.name == "reduction_order")
-        throw ConfigError("fault", "'" + row.spec + "': dist.reduce=deterministic has no summation order to change");
 
   reduce_layout_.world_size = proc_.world_size;
   reduce_layout_.rank_begin = proc_.rank_begin;
@@ -456,6 +451,8 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     }
   }
   if (resume_) setup_events_.clear();  // they are in the trajectory being replayed
+  // Last, so that a mistyped setting or fault is reported as such, not as an output file in the way.
+  check_output_path(cfg_.output_path(), cfg_.run.overwrite);
 }
 
 std::uint64_t Run::replica_bytes() const {

@@ -328,6 +328,13 @@ CASES = [
     Case("config file is a pipe", ["--config=c.ini"], ["c.ini"], setup=fifo("c.ini"), timeout=15),
     # --- output paths
     Case("existing output", ["--run.out=x.h5"], ["run.out", "x.h5"], setup=touch("x.h5")),
+    # A configuration error is reported as itself, not as the output file in the way (issue 36).
+    Case("unknown fault, output exists", ["--run.out=x.h5", "--fault=skip_rnk:ranks=1"], ["fault", "skip_rnk"],
+         setup=touch("x.h5")),
+    Case("fault rank beyond the world, output exists", ["--run.out=x.h5", "--fault=skip_rank:ranks=7"],
+         ["fault", "ranks"], setup=touch("x.h5")),
+    Case("fault against the reduce mode, output exists", ["--run.out=x.h5", "--dist.reduce=deterministic",
+         "--fault=reduction_order:mode=bucket,cap_mb=0.1,ranks=1"], ["fault", "deterministic"], setup=touch("x.h5")),
     Case("output is a folder", ["--run.out=outdir"], ["run.out", "outdir"], setup=mkdir("outdir")),
     Case("output under a regular file", ["--run.out=afile/x.h5"], ["run.out", "afile"], setup=touch("afile")),
     Case("output is a pipe, overwrite on", ["--run.out=p.h5", "--run.overwrite=true"], ["run.out", "p.h5"],
