@@ -1007,6 +1007,32 @@ void check_configuration_skew(const RunConfig& cfg, MPI_Comm comm) {
   throw SetupFailure(message, 2, rank == 0);
 }
 
+namespace {
+
+// More processes than CPUs on a node: each collective waits for time slices, and the run is several times
+// slower than the same logical ranks folded onto fewer processes (the README's example, 4 processes on 2
+// cores: 54 vs 435 steps/s). Said, not done: the launcher fixed the process count, and a user may be
+// running on processes on purpose (the MPI path is what is being tested).
+void note_oversubscription(const RunConfig& cfg, MPI_Comm comm, const NodeShare& share) {
+  if (share.processes <= share.cpus) return;
+  int processes = 1;
+  MPI_Comm_size(comm, &processes);
+  const int world = cfg.dist.world_size > 0 ? static_cast<int>(cfg.dist.world_size) : processes;
+  std::string hint;
+  if (processes == share.processes) {  // one node: fold onto the largest divisor of W that fits its CPUs
+    int fold = 1;
+    for (int p = 1; p <= share.cpus; ++p)
+      if (world % p == 0) fold = p;
+    hint = "; the same " + std::to_string(world) + " ranks run faster as mpiexec -n " + std::to_string(fold) +
+           " ... --dist.world_size=" + std::to_string(world);
+    if (parse_reduce_mode(cfg.dist.reduce) == ReduceMode::mpi) hint += " (bitwise the same with dist.reduce=ring or deterministic)";
+  }
+  std::fprintf(stderr, "divsim: note: %d processes share %d CPUs on this node and wait for each other's time slices%s\n",
+               share.processes, share.cpus, hint.c_str());
+}
+
+}  // namespace
+
 RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   check_configuration_skew(cfg, comm);
   // A clock-derived value agreed by all processes, for faults that make reruns differ on purpose.
@@ -1022,6 +1048,7 @@ RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   const NodeShare share = node_share(comm);
   adapt_waiting(share);
   collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, share.processes); });
+  if (process == 0 && !cfg.quiet) note_oversubscription(cfg, comm, share);
   watchdog.progress(-1);
   std::unique_ptr<TrajectoryWriter> writer;
   collectively(comm, [&] { writer = run->open_output(); });

@@ -2,6 +2,7 @@
 reproducibility, bad input, --print-config round trip, the default scenario's accuracy, the HDF5 data source, and no
 allocation in the step loop."""
 import os
+import sys
 import pathlib
 
 import h5py
@@ -189,9 +190,35 @@ def step_allocations(args):
             expect(gemm.startswith(backend), f"OPENBLAS_CORETYPE={core} on an AVX-512 build: {backend}... ({gemm})")
 
 
+def oversubscription(args):
+    """More processes than CPUs: one line on stderr says so and names the folded command; with a CPU per
+    process, nothing. Without --quiet, which silences the note with the progress line."""
+    import subprocess
+    cpus = len(os.sched_getaffinity(0))
+    procs = cpus + 1
+    if procs > 9:
+        print(f"SKIP: {cpus} CPUs; oversubscribing them would start {procs} processes")
+        sys.exit(77)
+    world = 2 * procs
+    fold = max(p for p in range(1, cpus + 1) if world % p == 0)
+    base = [*(a for a in SMALL if not a.startswith(("--train.steps", "--batch.global"))), "--train.steps=2",
+            f"--batch.global={16 * world}", "--dist.reduce=ring"]
+    for n, w in ((procs, world), (fold, world)):
+        cmd = [args.mpiexec, "-n", str(n), args.divsim, *base, f"--dist.world_size={w}", f"--run.out=o{n}.h5"]
+        proc = subprocess.run(cmd, cwd=args.workdir, capture_output=True, text=True, timeout=300)
+        expect(proc.returncode == 0, f"{n} processes for {w} ranks on {cpus} CPUs run")
+        notes = [line for line in proc.stderr.splitlines() if line.startswith("divsim: note:")]
+        if n > cpus:
+            want = f"mpiexec -n {fold} ... --dist.world_size={world}"
+            expect(len(notes) == 1 and f"{n} processes share {cpus} CPUs" in notes[0] and want in notes[0],
+                   f"one note names the folded command {want!r}: {notes}")
+        else:
+            expect(notes == [], f"no note with {n} processes on {cpus} CPUs")
+
+
 if __name__ == "__main__":
     commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
                 "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source,
-                "step-allocations": step_allocations}
+                "step-allocations": step_allocations, "oversubscription": oversubscription}
     a = parse_args(list(commands))
     commands[a.command](a)
