@@ -1,6 +1,7 @@
 """One test per fault (issue: the fault catalog): run inputs/faults/<name>.ini at W=4 next to the same
 scenario without its fault line (the baseline) and assert the fault's signature from the trajectories."""
 import fcntl
+import glob
 import hashlib
 import os
 import re
@@ -328,11 +329,29 @@ def every_fault(args):
     every_mode(args, list(first.values()))
 
 
+def baseline_comments(args):
+    """Each scenario's comment names its baseline command; that command's effective configuration must be
+    the scenario's without its fault (and run name), so diagnosing against it shows the fault alone."""
+    import shlex
+    import subprocess
+
+    def effective(argv):
+        out = subprocess.run([args.divsim, *argv, "--print-config"], capture_output=True, text=True, check=True).stdout
+        return [line for line in out.splitlines() if not re.match(r"(fault|name|#)\s*", line.strip())]
+    for ini in sorted(glob.glob(os.path.join(ROOT, "inputs", "faults", "*.ini"))):
+        with open(ini) as fh:
+            line = next(l for l in fh if l.startswith("#   baseline"))
+        argv = shlex.split(line.split(":", 1)[1])
+        expect(argv[:4] == ["mpiexec", "-n", "4", "build/divsim"], f"{os.path.basename(ini)}: a baseline command")
+        argv = [a.replace("inputs/", ROOT + "/inputs/") for a in argv[4:]]
+        expect(effective(argv) == effective(["--config", ini]), f"  {' '.join(argv)}: the scenario's settings")
+
+
 if __name__ == "__main__":
     from divsim_testlib import parse_args
     commands = {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
-                                          "clip_mismatch", "all_at_once", "every_fault", "every_mode"]}
+                                          "clip_mismatch", "all_at_once", "every_fault", "every_mode", "baseline_comments"]}
     a = parse_args(list(commands))
     commands[a.command](a)

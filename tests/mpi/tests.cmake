@@ -25,6 +25,8 @@ divsim_mpi_test(NAME mpi.reproducible.n2 LABELS mpi SCRIPT test_engine.py ARGS r
 divsim_mpi_test(NAME mpi.reproducible_bn_dropout.n4 LABELS mpi SCRIPT test_engine.py ARGS reproducible --ranks 4 --bn-dropout)
 divsim_mpi_test(NAME mpi.bad_input LABELS mpi SCRIPT test_engine.py ARGS bad-input --ranks 2)
 divsim_mpi_test(NAME mpi.print_config_roundtrip LABELS mpi SCRIPT test_engine.py ARGS print-config --ranks 2)
+divsim_mpi_test(NAME mpi.oversubscription_note LABELS mpi SCRIPT test_engine.py ARGS oversubscription)
+set_tests_properties(mpi.oversubscription_note PROPERTIES SKIP_RETURN_CODE 77)
 divsim_mpi_test(NAME mpi.hdf5_source.n2 LABELS mpi SCRIPT test_engine.py ARGS hdf5-source --ranks 2)
 # No heap allocation in the step loop, counted by an LD_PRELOAD library around the real allocator. Not
 # under the sanitizers: ASan must be the first library loaded and replaces malloc itself.
@@ -46,6 +48,7 @@ foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank 
   divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4 --procs 2)
 endforeach()
 divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)
+divsim_mpi_test(NAME fault.baseline_comments LABELS "mpi;faults" SCRIPT test_faults.py ARGS baseline_comments)
 # Every fault alone at W=8 for 6 steps: on 8 processes, one rank each (every fault, ~7 s a run: each
 # parallel HDF5 write is a collective of 8 busy-polling processes on 2 cores), and on virtual ranks, 4
 # per process (every mode of every fault).
