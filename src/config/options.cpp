@@ -537,7 +537,9 @@ CliResult parse_command_line(int argc, const char* const* argv) {
     const std::string banner = version_text();
     text << banner.substr(0, banner.size() - 1) << ": MPI simulator of data-parallel training divergence\n\n"
          << "Usage: mpiexec -n W divsim [--config FILE]... [--section.key=VALUE]... [--fault SPEC]...\n"
-         << "       divsim recover RUN [OUT]   rebuild a killed run's trajectory from RUN.journal\n" << grammar.help();
+         << "       divsim recover RUN [OUT]   rebuild a killed run's trajectory from RUN.journal\n"
+         << "       divsim diagnose RUN [--reference REF] ...   name the likely fault (divsim diagnose --help)\n"
+         << "       divsim evaluate ...        score diagnose on generated fault scenarios\n" << grammar.help();
     result.action = CliAction::help;
     result.text = text.str();
     return result;
