@@ -13,12 +13,15 @@
 #include "comm/abort_job.hpp"
 #include "comm/fatal_signals.hpp"
 #include "config/options.hpp"
+#include "record/analysis_command.hpp"
 #include "record/recover_command.hpp"
 #include "train/termination.hpp"
 #include "train/trainer.hpp"
 
 
 int main(int argc, char** argv) {
+  // divsim diagnose|evaluate ...: the analysis package, before MPI starts (it needs none).
+  if (argc >= 2 && divsim::is_analysis_command(argv[1])) return divsim::analysis_command(argc, argv);
   divsim::install_fatal_signal_report();
   MPI_Init(&argc, &argv);
   if (argc >= 2 && std::string(argv[1]) == "recover") {  // divsim recover RUN [OUT]: one process, no run
@@ -48,11 +51,15 @@ int main(int argc, char** argv) {
 
   try {
     const divsim::RunSummary s = divsim::run_training(cli.config, MPI_COMM_WORLD);
-    if (rank == 0)
-      std::printf("divsim: %lld steps, W=%d, %.1f steps/s, final eval loss %.4f..%.4f accuracy %.4f..%.4f "
+    if (rank == 0) {
+      const std::int64_t ran = s.steps - s.first_step;
+      const std::string resumed =
+          s.first_step > 0 ? " (resumed at step " + std::to_string(s.first_step) + ": " + std::to_string(ran) + " steps in this start)" : "";
+      std::printf("divsim: %lld steps%s, W=%d, %.1f steps/s, final eval loss %.4f..%.4f accuracy %.4f..%.4f "
                   "(over ranks), wrote %s\n",
-                  static_cast<long long>(s.steps), s.world_size, static_cast<double>(s.steps) / s.seconds,
+                  static_cast<long long>(s.steps), resumed.c_str(), s.world_size, static_cast<double>(ran) / s.seconds,
                   s.eval_loss_min, s.eval_loss_max, s.eval_acc_min, s.eval_acc_max, s.output.c_str());
+    }
   } catch (const divsim::SetupFailure& f) {
     // Set-up failures are agreed by all ranks: one message, a clean exit, nothing written. The barrier
     // keeps every rank alive until the message is out: mpiexec ends the job when a rank exits with an

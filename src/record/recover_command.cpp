@@ -34,8 +34,14 @@ int recover_command(const char* name, int argc, const char* const* argv) {
   }
   try {
     const auto r = TrajectoryWriter::recover(journal, out);
-    std::printf("%s: wrote %s: %lld steps from %zu complete flushes (journal: %s)\n", name, out.c_str(),
-                static_cast<long long>(r.steps), r.flushes, r.stop.c_str());
+    // The rebuilt file is an unfinished run, and its name says so: say where it is and what opens it.
+    const bool beside = out == run_path + ".partial";
+    std::printf("%s: wrote %s: the first %lld steps of an unfinished run, from %zu complete flushes (journal: %s); "
+                "its root attribute 'recovered' says so\n  read it with: divsim diagnose %s%s; the journal %s is "
+                "left in place\n",
+                name, out.c_str(), static_cast<long long>(r.steps), r.flushes, r.stop.c_str(),
+                beside ? run_path.c_str() : out.c_str(), beside ? (" (which opens " + out + ")").c_str() : "",
+                journal.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", name, e.what());

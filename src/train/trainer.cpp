@@ -934,7 +934,8 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
                       " (train.on_nonfinite=stop); " + cfg_.output_path() + " holds steps 0.." + std::to_string(stopped_at));
 
   RunSummary s;
-  s.steps = total_steps_ - first_step;
+  s.steps = total_steps_;
+  s.first_step = first_step;
   s.world_size = proc_.world_size;
   s.seconds = seconds;
   s.output = cfg_.output_path();

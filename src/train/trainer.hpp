@@ -16,9 +16,10 @@
 namespace divsim {
 
 struct RunSummary {
-  std::int64_t steps = 0;
+  std::int64_t steps = 0;       // of the whole run
+  std::int64_t first_step = 0;  // where this start began (> 0 after a resume)
   int world_size = 1;
-  double seconds = 0.0;          // wall time of the training steps (evaluations excluded)
+  double seconds = 0.0;          // wall time of this start's steps (evaluations excluded)
   double eval_loss_min = 0, eval_loss_max = 0, eval_acc_min = 0, eval_acc_max = 0;  // final eval over ranks
   std::string output;
 };

@@ -216,9 +216,37 @@ def oversubscription(args):
             expect(notes == [], f"no note with {n} processes on {cpus} CPUs")
 
 
+def resume_summary(args):
+    """SIGTERM after a checkpoint (exit 75), then the same command with --run.resume=auto: the closing
+    line counts the whole run's steps and says how many this start ran."""
+    import signal
+    import subprocess
+    import time
+    steps = 4000
+    cmd = [args.mpiexec, "-n", "2", args.divsim, *(a for a in SMALL if not a.startswith("--train.steps")),
+           f"--train.steps={steps}", "--run.checkpoint_every=20", "--run.out=r.h5"]
+    job = subprocess.Popen(cmd, cwd=args.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt = os.path.join(args.workdir, "r.h5.ckpt")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(ckpt) and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    expect(job.returncode == 75, f"SIGTERM after a checkpoint exits 75 (got {job.returncode}: {err.strip()[-300:]})")
+    done = subprocess.run([*cmd, "--run.resume=auto"], cwd=args.workdir, capture_output=True, text=True, timeout=600)
+    expect(done.returncode == 0, f"the resumed start completes ({done.stderr.strip()[-300:]})")
+    line = done.stdout.strip().splitlines()[-1]
+    import re
+    m = re.match(rf"divsim: {steps} steps \(resumed at step (\d+): (\d+) steps in this start\)", line)
+    expect(m is not None and 0 < int(m[1]) < steps and int(m[1]) + int(m[2]) == steps,
+           f"the summary counts the whole run and this start: {line!r}")
+
+
 if __name__ == "__main__":
     commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
                 "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source,
-                "step-allocations": step_allocations, "oversubscription": oversubscription}
+                "step-allocations": step_allocations, "oversubscription": oversubscription,
+                "resume-summary": resume_summary}
     a = parse_args(list(commands))
     commands[a.command](a)

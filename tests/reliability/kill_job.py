@@ -111,7 +111,7 @@ def trial(args, i, rng, flush_every):
         return {"trial": i, "recovered": None, "partial": partial_n, "why": rec.stderr.strip()}
     n, data, attrs = consistent_rows(out + ".partial", flush_every)
     result = {"trial": i, "recovered": n, "partial": partial_n, "data": data, "attrs": attrs,
-              "flush_every": flush_every, "note": rec.stdout.strip()}
+              "flush_every": flush_every, "note": rec.stdout.strip(), "out": out}
     if partial_n is None:
         result["partial_error"] = partial_error
     return result
@@ -168,6 +168,11 @@ def main():
             problems.append("attr config")
         if "recovered" not in r["attrs"]:
             problems.append("attr recovered missing")
+        # The tool's last words name the file, say it is unfinished, and how to read it (issue 36).
+        want = (f"wrote {r['out']}.partial: the first {n} steps of an unfinished run",
+                f"divsim diagnose {r['out']} (which opens {r['out']}.partial)")
+        if not all(w in r["note"] for w in want):
+            problems.append(f"recover said {r['note']!r}")
         if r["partial"] is not None and r["partial"] > n:
             problems.append(f"the .partial held {r['partial']} steps, the recovery only {n}")
         state = (f".partial opened with {r['partial']} steps" if r["partial"] is not None
