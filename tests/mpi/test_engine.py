@@ -222,7 +222,7 @@ def resume_summary(args):
     import signal
     import subprocess
     import time
-    steps = 4000
+    steps = 1000
     cmd = [args.mpiexec, "-n", "2", args.divsim, *(a for a in SMALL if not a.startswith("--train.steps")),
            f"--train.steps={steps}", "--run.checkpoint_every=20", "--run.out=r.h5"]
     job = subprocess.Popen(cmd, cwd=args.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -231,7 +231,18 @@ def resume_summary(args):
     while not os.path.exists(ckpt) and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
-    job.send_signal(signal.SIGTERM)
+
+    def descendants(pid):
+        kids = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                kids += [int(k) for k in fh.read().split()]
+        return kids + [d for k in kids for d in descendants(k)]
+    # SIGTERM to the ranks, as Slurm sends it (mpiexec's own exit code for a signal to itself is its own).
+    ranks = [p for p in descendants(job.pid) if os.path.basename(os.readlink(f"/proc/{p}/exe")) == "divsim"]
+    expect(len(ranks) == 2, f"two divsim processes under mpiexec ({ranks})")
+    for p in ranks:
+        os.kill(p, signal.SIGTERM)
     out, err = job.communicate(timeout=120)
     expect(job.returncode == 75, f"SIGTERM after a checkpoint exits 75 (got {job.returncode}: {err.strip()[-300:]})")
     done = subprocess.run([*cmd, "--run.resume=auto"], cwd=args.workdir, capture_output=True, text=True, timeout=600)
