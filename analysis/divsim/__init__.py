@@ -8,9 +8,10 @@ and diagnose divergence (issue 6; docs/analysis.md).
     cmp = divsim.compare(run, "outputs/other.h5")  # first difference, per-quantity table
     print(divsim.diagnose(run, reference=None))    # ranked causes from the fault catalog
 
-Plots live in divsim.plots (matplotlib). The command line is `python3 -m divsim diagnose RUN.h5`.
-The package only reads trajectory files; it never writes into them or runs the simulator, except
-`python3 -m divsim evaluate`, which drives the binary to measure diagnose.
+Plots live in divsim.plots (matplotlib). The command line is `build/divsim diagnose RUN.h5` (the binary
+runs `python3 -m divsim diagnose` with the configured interpreter, /usr/bin/python3 by default, and
+PYTHONPATH=analysis). The package only reads trajectory files; it never writes into them or runs the
+simulator, except `build/divsim evaluate`, which drives the binary to measure diagnose.
 """
 from .catalog import FAULTS, TOLERANCES
 from .compare import Comparison, align, compare

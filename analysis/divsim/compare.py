@@ -2,8 +2,8 @@
 phase of the step they first differ (seed 000 §3: the first place where runs part, forward or backward).
 
 Two criteria are reported. `first_difference` is bitwise: with a bitwise-reproducible baseline of the
-same set-up (same config apart from name/output/faults, same world size) any difference is caused by
-what changed, so the exact step and phase are found. `first_divergence` uses seed 000 §3.3's
+same set-up (same config apart from faults and run.IDENTITY_KEYS, same world size) any difference is
+caused by what changed, so the exact step and phase are found. `first_divergence` uses seed 000 §3.3's
 precision-aware tolerances (the looser precision.matmul of the two runs): a value a differs from the
 reference's b when |a - b| > atol * s + rtol * max(|b|, s), s being the quantity's typical magnitude
 (the reference's median |value|; for layer statistics the layer's std, or its l2 for the l2
@@ -113,6 +113,9 @@ class Comparison:
         self.atol = p_atol if atol is None else atol
         self.config_diff = self.run.config.diff(self.reference.config)
         self.same_world_size = self.run.world_size == self.reference.world_size
+        if not self.same_world_size:  # dist.world_size = 0 (one rank per process) hides the world size
+            self.config_diff = dict(sorted({**self.config_diff, "dist.world_size": (
+                self.run.world_size, self.reference.world_size)}.items()))
         # Same set-up: a bitwise-reproducible baseline must then match bit for bit.
         self.same_setup = self.same_world_size and not self.config_diff
         self._quantities = {}

@@ -6,8 +6,8 @@ Within one run (seed 000 §1.2's checklist, seed 002 §3.2): replica consistency
 learning rate against the configured schedule, shard overlap from /train/samples, BatchNorm running
 statistics (eval results that differ between replicas with equal parameters), per-rank loss and
 grad-norm outliers, spikes and non-finite values, the seed-002 sawtooth, and generic events. Against a
-reference: the phase, layer and size of the first difference (compare.py) and what the two configs
-change.
+reference: the phase, layer and size of the first difference (compare.py) and a differing world size
+(diagnose.py reports a reference of another configuration as such and scores none of these).
 
 Every within-run check that compares ranks is exact: a healthy divsim run is bitwise consistent across
 replicas, so equal values are the only healthy outcome and these checks cannot fire on a clean run.
@@ -535,16 +535,6 @@ def within_run_findings(run):
 
 # --- against a reference -------------------------------------------------------------------------
 
-# Config keys whose change explains a divergence, and the fault that models such a change.
-CONFIG_FAULTS = {
-    "precision.matmul": "tf32_mismatch", "dist.reduce": "reduction_order", "dist.bucket_cap_mb": "reduction_order",
-    "loss.type": "loss_skew", "loss.label_smoothing": "loss_skew", "optim.clip_norm": "clip_mismatch",
-    "sampler.seed": "unsynced_seed", "run.seed": "unsynced_seed", "sampler.shuffle": "overlapping_shards",
-    "dist.broadcast_buffers": "bn_drift", "dist.sync_bn": "bn_drift", "schedule.type": "stale_scheduler",
-    "schedule.warmup_steps": "stale_scheduler", "batch.accum_steps": "accum_misalign",
-}
-
-
 def loss_onset_magnitude(comparison, step):
     """Largest relative loss difference at `step` and the step after (per rank when comparable)."""
     for name in ("train/loss", "train/global_loss"):
@@ -558,7 +548,7 @@ def loss_onset_magnitude(comparison, step):
 
 
 def reference_findings(comparison):
-    """What the first difference from a reference says: its phase, layer and size; config changes."""
+    """What the first difference from a reference says: its phase, layer and size; a differing world size."""
     d = comparison.first_difference or comparison.first_divergence
     if d is None:
         return []
@@ -594,8 +584,4 @@ def reference_findings(comparison):
                            f"world sizes differ ({comparison.run.world_size} vs {comparison.reference.world_size}) "
                            f"with dist.reduce = {comparison.run.config.get('dist.reduce')}: the summation order "
                            "of the gradient changes with the world size"))
-    for k, (mine, theirs) in comparison.config_diff.items():
-        if k in CONFIG_FAULTS:
-            out.append(Finding("ref_config_differs", None, [], f"config {k} = {mine} here, {theirs} in the reference",
-                               data={"key": k, "fault": CONFIG_FAULTS[k]}))
     return out

@@ -1,4 +1,5 @@
-"""`python3 -m divsim evaluate`: how well diagnose works, measured on real runs of the simulator.
+"""`build/divsim evaluate` (`python3 -m divsim evaluate`): how well diagnose works, measured on real
+runs of the simulator.
 
 It runs clean runs (several seeds and world sizes) and counts how often a blind diagnosis names any
 cause (the false-positive rate; the target is zero), then generates single-fault scenarios from the

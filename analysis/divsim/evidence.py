@@ -4,7 +4,7 @@ WEIGHTS[key][fault] is added, times the finding's strength, to the fault's score
 faults with a positive score, best first, each with the findings that raised it. This table is the
 one place to tune the diagnosis: the weights below come from how each fault shows in the trajectories
 (docs/faults.md "first visible where", seeds 000 and 002) and are meant to be re-fitted on real
-faulty runs (`python3 -m divsim evaluate`, docs/analysis.md). It does not look at files.
+faulty runs (`build/divsim evaluate`, docs/analysis.md). It does not look at files.
 """
 from .catalog import FAULTS
 
@@ -52,7 +52,7 @@ WEIGHTS = {
     # Generic events (never those naming a fault: see event_names_fault below).
     "event_overflow_partial": {"loss_scaler_desync": 3},
     "event_nonfinite": {"bitflip": 1},
-    # Against a reference: the phase of the first difference, its size, what the configs change.
+    # Against a reference of the same configuration: the phase of the first difference, its size.
     "ref_data_differs": {"unsynced_seed": 2, "overlapping_shards": 2, "accum_misalign": 1},
     "ref_forward_small": {"tf32_mismatch": 4},
     "ref_forward_large": {"unsynced_seed": 2},
@@ -70,7 +70,7 @@ WEIGHTS = {
     "ref_world_size_differs": {"reduction_order": 1},
 }
 # Findings that carry their fault in data["fault"], with their weight.
-NAMED_WEIGHTS = {"event_names_fault": 10, "ref_config_differs": 2}
+NAMED_WEIGHTS = {"event_names_fault": 10}
 
 
 def _contributions(finding):

@@ -5,11 +5,13 @@ Axis names come from each dataset's `dims` attribute and coordinates from the fi
 the group's `step` dataset, layer names from /layers/names, statistic names from the `stats`
 attribute), so nothing here hard-codes the schema's shapes. A run loaded `blind` hides everything that
 names an injected fault: /faults, the `fault =` lines of the config, and /events rows whose kind names
-a catalog fault. Arrays are read on first use and kept. It does not compare runs or judge them
-(compare.py, detectors.py).
+a catalog fault. Arrays are read on first use and kept. Asked for `X.h5` of a run that did not finish,
+it opens the `X.h5.partial` the writer (or `divsim recover`) left and warns (PartialRunWarning). It does
+not compare runs or judge them (compare.py, detectors.py).
 """
 import os
 import re
+import warnings
 
 import h5py
 import numpy as np
@@ -19,13 +21,21 @@ from .catalog import names_fault
 from .labelled import Labelled
 
 SCHEMA_VERSION = 1
-# Keys that name a run rather than change what it computes.
-IDENTITY_KEYS = frozenset({"run.name", "run.out", "run.overwrite"})
+# Keys that name a run or decide what it records, where and when, rather than change what it
+# computes: a run with other record settings, checkpoints or a resume is bitwise the uninterrupted run
+# (tests/slurm resumes, tests/reliability/kill_job.py), and dist.timeout_s is only a watchdog.
+IDENTITY_KEYS = frozenset({"run.name", "run.out", "run.overwrite", "run.checkpoint_every", "run.resume",
+                           "record.layers_every", "record.samples", "record.init_params", "record.flush_every",
+                           "record.chunk_steps", "dist.timeout_s"})
 _COMPOUND = ("events", "faults")
 
 
 class BlindError(RuntimeError):
     """Raised when code reads what a blind run hides."""
+
+
+class PartialRunWarning(UserWarning):
+    """Warned when a run is asked for by its final name and only its .partial exists."""
 
 
 def _decode(value):
@@ -104,16 +114,27 @@ class Config:
 
 class Run:
     """One trajectory file. `run["train/loss"]` -> Labelled (step x rank), `run.frame(name)` -> tidy
-    DataFrame, `run.config`, `run.faults`, `run.events`, `run.world_size`, `run.steps`."""
+    DataFrame, `run.config`, `run.faults`, `run.events`, `run.world_size`, `run.steps`; `run.partial`
+    when the file is a .partial (opened for `X.h5` when only `X.h5.partial` exists, with a warning)."""
 
     def __init__(self, path, blind=False):
-        self.path = os.fspath(path)
+        requested = self.path = os.fspath(path)
+        final = requested.removesuffix(".partial")
+        # A running or killed job has X.h5.partial and X.h5.journal; `divsim recover X.h5` rebuilds the
+        # .partial from the journal (a kill inside an HDF5 flush can leave a .partial that does not open).
+        journal = final + ".journal"
+        recover = (f"; {journal} exists: if the run was killed, `build/divsim recover {final}` rebuilds its "
+                   f"trajectory into {final}.partial" if os.path.isfile(journal) else "")
+        if not os.path.isfile(self.path) and os.path.isfile(requested + ".partial"):
+            self.path = requested + ".partial"
         if not os.path.isfile(self.path):
+            if recover:
+                raise FileNotFoundError(f"no such run file: {final}, nor {final}.partial{recover}")
             raise FileNotFoundError(f"no such run file: {self.path}")
         try:
             f = h5py.File(self.path, "r")
         except OSError as e:
-            raise ValueError(f"{self.path}: not an HDF5 file ({e})") from None
+            raise ValueError(f"{self.path}: not an HDF5 file ({e}){recover}") from None
         with f:
             attrs = {k: _decode(v) for k, v in f.attrs.items()}
             if attrs.get("schema_version") != SCHEMA_VERSION:
@@ -133,6 +154,11 @@ class Run:
         # The file name tells runs apart (run.name is often left at its default).
         self.name = os.path.basename(self.path).removesuffix(".partial").removesuffix(".h5")
         self._cache = {}
+        if self.path != requested:
+            steps = self._meta.get("train/step", {"shape": (0,)})["shape"][0]
+            state = f"recovered: {attrs['recovered']}" if "recovered" in attrs else f"as its writer left it{recover}"
+            warnings.warn(f"{requested} does not exist: opened {self.path} instead, the {steps} steps of a run that "
+                          f"has not finished (still running, or killed), {state}", PartialRunWarning, stacklevel=2)
 
     def _note_dataset(self, name, obj):
         if isinstance(obj, h5py.Dataset):
@@ -258,6 +284,7 @@ class Run:
 
 
 def load(path, blind=False):
-    """Opens a divsim trajectory file. blind=True hides /faults, the config's fault lines and /events
-    rows whose kind names a fault (what `diagnose --blind` may not see)."""
+    """Opens a divsim trajectory file (`X.h5`, else the `X.h5.partial` of an unfinished run, with a
+    PartialRunWarning). blind=True hides /faults, the config's fault lines and /events rows whose kind
+    names a fault (what `diagnose --blind` may not see)."""
     return Run(path, blind=blind)

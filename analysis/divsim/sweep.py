@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import Comparison, align
-from .diagnose import diagnose
+from .diagnose import describe_config_diff, diagnose
 from .detectors import rank_groups
 from .run import Run
 
@@ -102,13 +102,16 @@ class Sweep:
         return pd.DataFrame(rows)
 
     def diagnose(self, reference=None):
-        """DataFrame, one row per run: the top cause, its score, the symptom and the first divergent step."""
+        """DataFrame, one row per run: how its configuration differs from the reference's ("" when it does
+        not; differences from a reference of another configuration name no cause), the top cause, its
+        score, the symptom and the first divergent step."""
         if reference is not None and not isinstance(reference, Run):
             reference = Run(reference)
         rows = []
         for run in self.runs:
             d = diagnose(run, reference)
             rows.append({"run": run.name, "world_size": run.world_size, "fault": _fault_label(run),
+                         "config_diff": "; ".join(describe_config_diff(d.config_diff)),
                          "cause": d.causes[0]["fault"] if d.causes else None,
                          "score": d.causes[0]["score"] if d.causes else 0.0, "symptom": d.symptom,
                          "first_divergent_step": d.first_divergent_step})

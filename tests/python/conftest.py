@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -78,6 +79,32 @@ def base(runs):
 def base4(runs):
     """The baseline at W = 4 (four logical ranks on two processes)."""
     return runs("base4", world_size=4)
+
+
+@pytest.fixture(scope="session")
+def killed(runs):
+    """`killed.h5` of a run killed (SIGKILL) while training, then `divsim recover`ed: only killed.h5.partial
+    (the recovered trajectory) and killed.h5.journal exist."""
+    out = runs.folder / "killed.h5"
+    # One process without mpiexec (an MPI singleton), so that the kill hits the writer itself.
+    job = subprocess.Popen([runs.divsim, "--quiet", "--data.source=synthetic", "--data.synthetic_train=2048",
+                            "--model.hidden=32,16", "--batch.global=24", "--train.steps=1000000",
+                            "--record.flush_every=1", f"--run.out={out}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (Path(f"{out}.journal").exists() and Path(f"{out}.partial").exists()):
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            raise RuntimeError(f"the run to be killed made no {out}.journal (exit {job.wait()})")
+        time.sleep(0.02)
+    time.sleep(0.5)  # some flushes
+    job.kill()
+    job.wait()
+    assert not out.exists()
+    p = subprocess.run([runs.divsim, "recover", str(out)], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"divsim recover {out} exited {p.returncode}:\n{p.stderr}")
+    return str(out)
 
 
 def add_table_rows(f, name, rows):

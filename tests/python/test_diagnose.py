@@ -213,9 +213,35 @@ def test_last_bit_differences_from_the_same_set_up_are_a_rerun_difference(runs, 
     assert d.symptom == "rerun_differs" and d.causes[0]["fault"] == "reduction_order"
 
 
-def test_precision_change_is_per_step_noise(runs, base):
+def test_precision_change_is_per_step_noise_and_a_config_difference(runs, base):
     d = divsim.diagnose(runs("tf32", ["--precision.matmul=tf32"]), reference=base, blind=True)
-    assert d.symptom == "per_step_noise" and d.causes[0]["fault"] == "tf32_mismatch"
+    assert d.causes == [] and d.findings == [] and d.symptom == "per_step_noise", str(d)
+    assert d.config_diff == {"precision.matmul": ("tf32", "fp32")} and d.expected
+
+
+def test_a_reference_of_another_seed_is_a_config_difference_not_a_fault(runs):
+    run, reference = runs("seed1", ["--run.seed=1"]), runs("seed2", ["--run.seed=2"])
+    d = divsim.diagnose(run, reference=reference, blind=True)
+    assert d.causes == [] and d.findings == [] and d.first_divergent_step is None, str(d)
+    assert d.config_diff == {"run.seed": (1, 2)}
+    assert d.divergence["step"] == 0 and d.expected  # the evidence is still shown
+    assert d.summary.startswith("The configuration differs from that of the reference 'seed2': "
+                                "run.seed = 1 here, 2 in the reference.")
+    lines = str(d).splitlines()
+    assert lines[1:4] == ["", "configuration differs from the reference (differences from it are expected, not faults):",
+                          "  run.seed = 1 here, 2 in the reference"]
+    assert "likely causes: none" in lines
+    for text in (str(d), d.to_json()):
+        assert not [fault for fault in divsim.FAULTS if fault in text], text
+    assert divsim.diagnose(run, reference=run, blind=True).config_diff == {}
+
+
+def test_bookkeeping_keys_are_no_config_difference(runs, base):
+    path = runs("bookkeeping", ["--record.layers_every=5", "--record.flush_every=7", "--run.checkpoint_every=20",
+                                "--dist.timeout_s=100"])
+    d = divsim.diagnose(path, reference=base, blind=True)
+    assert d.comparison.same_setup and d.divergence is None and d.causes == [], str(d)
+    assert d.config_diff == {}
 
 
 def test_sawtooth(runs, base):

@@ -79,3 +79,14 @@ def test_sweep(runs, base, base4, tmp_path):
     _png(plots.plot_sweep(sweep), tmp_path / "sweep.png")
     with pytest.raises(ValueError, match="no divsim runs"):
         divsim.load_sweep(tmp_path, pattern="*.nothing")
+
+
+def test_sweep_diagnosis_against_another_seed_names_the_config_difference(runs, tmp_path):
+    folder = tmp_path / "seeds"
+    folder.mkdir()
+    for seed in (1, 2):
+        shutil.copy(runs(f"seed{seed}", [f"--run.seed={seed}"]), folder / f"s{seed}.h5")
+    diag = divsim.load_sweep(folder).diagnose(reference=folder / "s2.h5")
+    assert list(diag.columns[:5]) == ["run", "world_size", "fault", "config_diff", "cause"]
+    assert diag["config_diff"].tolist() == ["run.seed = 1 here, 2 in the reference", ""]
+    assert diag["cause"].isna().all() and diag["score"].eq(0).all()

@@ -1,4 +1,8 @@
-"""divsim.load and Labelled: arrays labelled from the file's own dims, tidy frames, config, blindness."""
+"""divsim.load and Labelled: arrays labelled from the file's own dims, tidy frames, config, blindness,
+the .partial of a killed run."""
+import shutil
+import warnings
+
 import h5py
 import numpy as np
 import pytest
@@ -90,6 +94,33 @@ def test_bad_files_give_clear_errors(tmp_path):
         f["x"] = 1
     with pytest.raises(ValueError, match="schema_version"):
         divsim.load(tmp_path / "other.h5")
+
+
+def test_a_killed_run_opens_from_its_partial_with_a_warning(killed):
+    with pytest.warns(divsim.run.PartialRunWarning) as caught:
+        run = divsim.load(killed)
+    assert run.partial and run.path == killed + ".partial" and run.name == "killed"
+    assert len(run.steps) > 0 and (run.steps == np.arange(len(run.steps))).all()
+    message = str(caught[0].message)
+    assert message.startswith(f"{killed} does not exist: opened {killed}.partial instead")
+    assert f"the {len(run.steps)} steps of a run that has not finished" in message and "recovered" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for by its own name, the .partial opens without a warning
+        assert divsim.load(killed + ".partial").partial
+
+
+def test_a_journal_without_a_readable_file_says_how_to_recover(killed, tmp_path):
+    out = tmp_path / "killed.h5"
+    shutil.copy(killed + ".journal", f"{out}.journal")
+    with pytest.raises(FileNotFoundError, match="no such run file") as e:
+        divsim.load(out)
+    assert str(e.value) == (f"no such run file: {out}, nor {out}.partial; {out}.journal exists: if the run was "
+                            f"killed, `build/divsim recover {out}` rebuilds its trajectory into {out}.partial")
+    # A kill inside an HDF5 flush can leave a .partial that does not open.
+    (tmp_path / "killed.h5.partial").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    with pytest.raises(ValueError, match="not an HDF5 file") as e:
+        divsim.load(out)
+    assert f"`build/divsim recover {out}`" in str(e.value)
 
 
 def test_labelled_selection_and_frame():
