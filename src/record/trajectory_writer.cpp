@@ -689,7 +689,7 @@ TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal,
       ++r.flushes;
       r.steps += static_cast<std::int64_t>(ByteUnpacker(g.payloads.front(), "journal rows").get<std::uint64_t>());
     }
-  attrs.extra["recovered"] = "rebuilt by divsim-recover from '" + journal + "': " + std::to_string(r.steps) +
+  attrs.extra["recovered"] = "rebuilt by divsim recover (an unfinished run) from '" + journal + "': " + std::to_string(r.steps) +
                              " steps in " + std::to_string(r.flushes) + " complete flushes (journal: " + j.stop + ")";
   TrajectoryWriter w(MPI_COMM_SELF, out_path, true, layout, attrs, faults, false);
   for (std::size_t i = 1; i < j.groups.size(); ++i) {
