@@ -40,6 +40,9 @@ divsim_die() {
   exit 2
 }
 
+if [[ -z ${SLURM_JOB_ID:-} ]]; then
+  echo "divsim-job: not under Slurm: running on this machine (tools/local-slurm starts a one-node Slurm to sbatch to)" >&2
+fi
 [[ -x $DIVSIM ]] || divsim_die "no divsim binary at '$DIVSIM' (set DIVSIM, or DIVSIM_ROOT to a built checkout)"
 
 # divsim_args ARGS...: sets the array divsim_argv from [SCENARIO.ini] [--key=value ...] and the environment.
@@ -59,13 +62,27 @@ divsim_args() {
   divsim_argv+=("${extra[@]}" "$@")
 }
 
-# divsim_fold W: the number of processes for W logical ranks in this allocation: W when it has >= W
-# tasks, else the largest divisor of W that fits (divsim then runs W/P logical ranks per process).
+# divsim_tasks: the job's task count: SLURM_NTASKS inside an allocation (or when set by hand); outside one
+# (the script run with bash on a workstation) the script's own `#SBATCH --ntasks=`, as sbatch reads it.
+divsim_tasks() {
+  if [[ -n ${SLURM_NTASKS:-} ]]; then
+    echo "$SLURM_NTASKS"
+    return
+  fi
+  local n
+  n=$(sed -n 's/^#SBATCH --ntasks=\([0-9][0-9]*\).*/\1/p' "$0" | head -n 1)
+  echo "${n:-1}"
+}
+
+# divsim_fold W: the number of processes for W logical ranks: W when the job may start >= W processes,
+# else the largest divisor of W that fits (divsim then runs W/P logical ranks per process). The job may
+# start SLURM_NTASKS processes, or outside Slurm one per CPU of this machine: more would only wait for
+# each other's time slices.
 divsim_fold() {
-  local world=$1 ntasks=${SLURM_NTASKS:-1} procs
-  for ((procs = ntasks < world ? ntasks : world; world % procs; procs--)); do :; done
+  local world=$1 slots=${SLURM_NTASKS:-$(nproc)} procs
+  for ((procs = slots < world ? slots : world; world % procs; procs--)); do :; done
   if ((procs != world)); then
-    echo "divsim-job: W=$world folded onto $procs processes (the allocation has $ntasks tasks)" >&2
+    echo "divsim-job: W=$world folded onto $procs processes (${SLURM_NTASKS:+the allocation has $slots tasks}${SLURM_NTASKS:-not under Slurm: this machine has $slots CPUs})" >&2
   fi
   echo "$procs"
 }

@@ -1,7 +1,8 @@
-"""A real single-node Slurm cluster for the tests: munged + slurmctld + slurmd from Debian's slurm-wlm and
-munge packages, started on this machine with all state under one temp folder, and stopped again.
+"""A real single-node Slurm cluster for the tests and for tools/local-slurm: munged + slurmctld + slurmd
+from Debian's slurm-wlm and munge packages, started on this machine with all state under one temp folder,
+and stopped again.
 
-It is a test fixture, not a way to run a site: one node declared with 8 CPUs (whatever the machine has),
+It is a workstation's stand-in, not a way to run a site: one node declared with 8 CPUs (whatever the machine has),
 no cgroups (they do not work in containers), no accounting, the current user (root here) as SlurmUser. It
 stops only the daemons it started (by their process handles) after cancelling its own jobs, and leaves
 any other Slurm or munge on the machine alone: its own ports, socket, config and SLURM_CONF.

@@ -397,8 +397,38 @@ def sweep_tool(a):
         expect(len(sweep_elements(str(shipped))) > 0, f"shipped description {shipped.name} expands")
 
 
+# ---- job scripts on a workstation: bash without Slurm, and tools/local-slurm ---------------------------
+def workstation(a):
+    """`bash jobscripts/divsim.sbatch ...` outside Slurm runs the script's --ntasks ranks folded onto this
+    machine's CPUs, bitwise the same as the plain run; SLURM_NTASKS=W picks another W; and the one-command
+    local cluster (tools/local-slurm) runs the same script under a real Slurm."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(job_env())
+    args = [*SMALL, "--dist.reduce=ring"]
+    cpus = len(os.sched_getaffinity(0))
+    for world in (4, 2):
+        e = dict(env, SLURM_JOB_NAME=f"ws{world}", **({} if world == 4 else {"SLURM_NTASKS": str(world)}))
+        p = subprocess.run(["bash", str(JOBSCRIPTS / "divsim.sbatch"), *args], cwd=a.workdir, env=e,
+                           capture_output=True, text=True, timeout=600)
+        expect(p.returncode == 0, f"bash divsim.sbatch (W={world}) runs without Slurm: {p.stderr.strip()[-300:]}")
+        folded = world > cpus
+        expect(("folded onto" in p.stderr) == folded, f"  folded onto this machine's {cpus} CPUs: {folded}")
+        path = os.path.join(a.workdir, "outputs", f"ws{world}", f"ws{world}.h5")
+        with h5py.File(path, "r") as f:
+            expect(f.attrs["world_size"] == world, f"  W={world} (#SBATCH --ntasks=4, or SLURM_NTASKS)")
+        check_same_trajectory(path, local_run(a.workdir, world, args, f"plain{world}.h5"))
+    tool = ROOT / "tools" / "local-slurm"
+    p = subprocess.run([str(tool), "sbatch", "--wait", "--ntasks=2", "--job-name=viatool", str(JOBSCRIPTS / "divsim.sbatch"),
+                        *args], cwd=a.workdir, env=env, capture_output=True, text=True, timeout=600)
+    expect(p.returncode == 0, f"tools/local-slurm sbatch --wait ... exits 0: {p.stderr.strip()[-400:]}")
+    path = os.path.join(a.workdir, "outputs", "viatool", "viatool.h5")
+    check_same_trajectory(path, os.path.join(a.workdir, "plain2.h5"))
+    p = subprocess.run(["sbatch", "--wrap=true"], env=env, capture_output=True, text=True, timeout=60)
+    expect(p.returncode != 0, f"no controller outside: sbatch fails ({p.stderr.strip()[:120]})")
+
+
 def main():
-    commands = {"worldsize": worldsize, "single": single, "faults": faults, "timelimit": timelimit,
+    commands = {"worldsize": worldsize, "single": single, "workstation": workstation, "faults": faults, "timelimit": timelimit,
                 "preempt": preempt, "requeue": requeue, "sweep-tool": sweep_tool}
     p = argparse.ArgumentParser()
     p.add_argument("command", choices=commands)

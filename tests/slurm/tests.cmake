@@ -1,5 +1,5 @@
 # Slurm tests (issue 7): the real jobscripts under a real single-node Slurm that each test starts and
-# stops itself (tests/slurm/local_slurm.py; Debian packages slurm-wlm and munge). They skip (exit 77)
+# stops itself (tools/local_slurm.py, also behind tools/local-slurm for users; Debian packages slurm-wlm and munge). They skip (exit 77)
 # where Slurm is not installed; timelimit and preempt also skip until divsim lists run.resume.
 # Each holds the lock `slurm`: one local cluster at a time. The two resume tests also run SERIAL (no
 # other test alongside): they size their job from a calibration run, and a job that runs faster than its
@@ -14,7 +14,7 @@ function(divsim_slurm_test)
                    --workdir ${CMAKE_BINARY_DIR}/test-output/${T_NAME})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
                        ENVIRONMENT
-                       "DIVSIM=$<TARGET_FILE:divsim>;PYTHONPATH=${DIVSIM_SLURM_DIR}:${DIVSIM_SLURM_DIR}/../mpi")
+                       "DIVSIM=$<TARGET_FILE:divsim>;PYTHONPATH=${DIVSIM_SLURM_DIR}:${DIVSIM_SLURM_DIR}/../mpi:${PROJECT_SOURCE_DIR}/tools")
   if("slurm" IN_LIST T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES RESOURCE_LOCK slurm)
   endif()
@@ -25,6 +25,7 @@ endfunction()
 
 divsim_slurm_test(NAME slurm.worldsize_array LABELS slurm TIMEOUT 600 ARGS worldsize)
 divsim_slurm_test(NAME slurm.single_run LABELS slurm TIMEOUT 600 ARGS single)
+divsim_slurm_test(NAME slurm.workstation LABELS slurm TIMEOUT 600 ARGS workstation)
 divsim_slurm_test(NAME slurm.fault_matrix LABELS slurm TIMEOUT 600 ARGS faults)
 divsim_slurm_test(NAME slurm.requeue_jobscript LABELS slurm TIMEOUT 600 ARGS requeue)
 divsim_slurm_test(NAME slurm.timelimit_resume SERIAL LABELS slurm TIMEOUT 1500 ARGS timelimit)
