@@ -27,7 +27,9 @@ std::vector<std::int64_t> torch_shard(std::vector<std::int64_t> indices, int w, 
   if (!drop_last) {
     const std::int64_t padding = total - n;
     if (padding <= n) {
-      indices.insert(indices.end(), indices.begin(), indices.begin() + padding);
+      // A copy first: inserting a vector's own range into it is undefined (the insert may reallocate).
+      const std::vector<std::int64_t> head(indices.begin(), indices.begin() + padding);
+      indices.insert(indices.end(), head.begin(), head.end());
     } else {
       std::vector<std::int64_t> rep;
       const auto times =
