@@ -109,7 +109,9 @@ def tf32_mismatch(args):
     expect(in_sync(f), "replicas stay in sync (the reduced gradient is shared)")
     r2 = rel(f["train/loss"][0, 2], b["train/loss"][0, 2])
     r0 = rel(f["train/loss"][0, 0], b["train/loss"][0, 0])
-    expect(r0 == 0 and 1e-8 < r2 < 1e-3, f"step 0: rank 2's loss differs by {r2:.2e} (TF32 range), rank 0's not at all")
+    expect(r0 == 0 and 1e-7 < r2 < 1e-5, f"step 0: rank 2's loss differs by {r2:.2e} (faults.md: 7.5e-7), rank 0's not at all")
+    m = np.median(rel(f["train/loss"][:20, 2], b["train/loss"][:20, 2]))
+    expect(1e-6 < m < 1e-4, f"rank 2's median over steps 0-19: {m:.2e} (faults.md: 1.6e-5)")
     g = rel(f["train/global_loss"][1:], b["train/global_loss"][1:])
     expect(g[0] > 0 and g.max() < 0.05, f"global loss leaves the FP32 baseline at step 1 ({g[0]:.1e}) and stays close (max {g.max():.1e})")
 
@@ -207,7 +209,8 @@ def bitflip(args):
     expect((f["train/grad_norm"][100] > 1e20).all(), "the reduced gradient of every rank spikes at step 100")
     loss = f["train/global_loss"]
     expect(np.isfinite(loss[:101]).all() and loss[:101].max() < 10, "the loss is normal up to step 100")
-    expect(not (loss[101] < 1e10) and not np.isfinite(loss[-1]), f"it explodes at step 101 ({loss[101]:.2g}) and ends NaN")
+    expect(np.isfinite(loss[101]) and loss[101] > 1e10 and np.isnan(loss[102:]).all(),
+           f"it explodes at step 101 ({loss[101]:.2g}, faults.md: 9.8e30) and is NaN from step 102")
     expect(in_sync(f), "replicas stay in sync (the corrupt value reaches everyone through the allreduce)")
     expect([e[:2] for e in events_of(f, "bitflip")] == [(100, 2)], "one event at (100, rank 2)")
 
