@@ -2,7 +2,8 @@
 # Runs divsim's tests with CTest. Three stages:
 #   tools/run-tests.sh            the whole suite on a Release build (build/), then the GPU variant's
 #                                 build and tests (build-cuda/) wherever the CUDA toolkit is
-#   tools/run-tests.sh --asan     the unit and MPI tests on an ASan + UBSan build (build-asan/, preset asan)
+#   tools/run-tests.sh --asan     the unit and MPI tests on an ASan + UBSan + libstdc++ debug-mode build
+#                                 (build-asan/, preset asan)
 #   tools/run-tests.sh --fuzz     every libFuzzer target for DIVSIM_FUZZ_SECONDS (60) each (build-fuzz/)
 # Extra arguments go to ctest, e.g. tools/run-tests.sh -L unit  or  tools/run-tests.sh --asan -R Journal
 set -euo pipefail

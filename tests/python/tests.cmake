@@ -19,3 +19,5 @@ divsim_python_test(python.analysis FILES test_run.py test_compare.py test_diagno
 divsim_python_test(python.faults FILES test_faults.py)
 divsim_python_test(python.notebook FILES test_notebook.py)
 divsim_python_test(python.evaluate FILES test_evaluate.py)
+# README's worked example, run as written and held to its printed figures.
+divsim_python_test(docs.readme_example FILES test_readme.py)
