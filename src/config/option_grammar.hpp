@@ -19,7 +19,8 @@ using TokenSink = std::function<void(const std::string& key, const std::string& 
 
 class OptionGrammar {
  public:
-  OptionGrammar(unsigned width, unsigned description_width);  // of the --help text
+  // Widths of the --help text; Boost's own defaults when only tokenizing.
+  explicit OptionGrammar(unsigned width = 80, unsigned description_width = 40);
   ~OptionGrammar();
   OptionGrammar(const OptionGrammar&) = delete;
   OptionGrammar& operator=(const OptionGrammar&) = delete;

@@ -382,7 +382,7 @@ std::string read_file(const std::string& path) {
 }
 
 OptionGrammar file_options() {
-  OptionGrammar g(0, 0);
+  OptionGrammar g;
   g.value("fault", "", "");
   for (const Field& f : fields()) g.value(f.name, "", "");
   return g;
