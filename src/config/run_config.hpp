@@ -13,7 +13,7 @@
 namespace divsim {
 
 struct RunSection {
-  std::string name = "baseline";  // run name; default output is outputs/<name>.h5
+  std::string name = "default";   // run name; default output is outputs/<name>.h5
   std::string out;                // output path; empty -> outputs/<name>.h5
   bool overwrite = false;         // replace an existing output file
   std::uint64_t seed = 0;         // base key of every random stream

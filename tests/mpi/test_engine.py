@@ -97,7 +97,7 @@ def print_config(args):
 def default_accuracy(args):
     p = run(args, [], timeout=900)
     print(p.stdout.strip())
-    with h5py.File(os.path.join(args.workdir, "outputs", "baseline.h5"), "r") as f:
+    with h5py.File(os.path.join(args.workdir, "outputs", "default.h5"), "r") as f:
         acc = f["eval/accuracy"][-1]
         h = f["train/param_hash"][()]
         expect((acc >= 0.88).all(), f"final eval accuracy >= 0.88 on every rank: {acc}")

@@ -214,7 +214,7 @@ TEST(Config, DefaultsWithoutArguments) {
   expect_same(r.config, RunConfig{});
   EXPECT_FALSE(r.config.quiet);
   EXPECT_NO_THROW(validate(RunConfig{}));
-  EXPECT_EQ(r.config.output_path(), "outputs/baseline.h5");
+  EXPECT_EQ(r.config.output_path(), "outputs/default.h5");
 }
 
 TEST(Config, CommandLineOverridesFile) {
