@@ -67,8 +67,8 @@ class GradientBuffer {
   float* begin() const { return view_.data(); }
   float* end() const { return view_.data() + view_.size(); }
   float& operator[](std::size_t i) const { return view_[i]; }
-  operator std::span<float>() const { return view_; }
-  operator std::span<const float>() const { return view_; }
+  // std::span<float> and std::span<const float> take it implicitly as a contiguous range (data, size,
+  // begin, end); conversion operators as well would give the compiler two routes to choose between.
 
  private:
   std::vector<float> own_;
