@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "faults/fault_spec.hpp"
 #include "fuzz_util.hpp"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 
 namespace divsim::gpu {
 

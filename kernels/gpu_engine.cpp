@@ -23,7 +23,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "cuda_util.hpp"
 #include "layers_gpu.hpp"
 #include "loss_gpu.hpp"

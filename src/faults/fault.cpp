@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "numerics/philox.hpp"
 
 namespace divsim {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 
 namespace divsim {
 

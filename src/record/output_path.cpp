@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "record/journal.hpp"
 
 namespace divsim {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 
 namespace divsim {
 

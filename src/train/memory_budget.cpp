@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 
 namespace divsim {
 

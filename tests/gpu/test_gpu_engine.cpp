@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/reducer.hpp"
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "gpu_engine.hpp"
 #include "gpu_test_support.hpp"
 #include "model/layers.hpp"

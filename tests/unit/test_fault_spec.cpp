@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "config/options.hpp"
+#include "config/config_error.hpp"
 #include "faults/fault_spec.hpp"
 
 using namespace divsim;
