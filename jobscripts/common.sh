@@ -82,7 +82,9 @@ divsim_fold() {
   local world=$1 slots=${SLURM_NTASKS:-$(nproc)} procs
   for ((procs = slots < world ? slots : world; world % procs; procs--)); do :; done
   if ((procs != world)); then
-    echo "divsim-job: W=$world folded onto $procs processes (${SLURM_NTASKS:+the allocation has $slots tasks}${SLURM_NTASKS:-not under Slurm: this machine has $slots CPUs})" >&2
+    local why="the allocation has $slots tasks"
+    [[ -n ${SLURM_NTASKS:-} ]] || why="not under Slurm: this machine has $slots CPUs"
+    echo "divsim-job: W=$world folded onto $procs processes ($why)" >&2
   fi
   echo "$procs"
 }

@@ -268,6 +268,7 @@ class Run {
   Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int processes_on_node);
   std::unique_ptr<TrajectoryWriter> open_output() const;
   RunSummary train(TrajectoryWriter& writer, Watchdog& watchdog);
+  const ProcessLayout& layout() const { return proc_; }
 
  private:
   void reset_knobs(Replica& r, std::int64_t step) const;
@@ -1011,16 +1012,14 @@ void check_configuration_skew(const RunConfig& cfg, MPI_Comm comm) {
 namespace {
 
 // More processes than CPUs on a node: each collective waits for time slices, and the run is several times
-// slower than the same logical ranks folded onto fewer processes (the README's example, 4 processes on 2
-// cores: 54 vs 435 steps/s). Said, not done: the launcher fixed the process count, and a user may be
-// running on processes on purpose (the MPI path is what is being tested).
-void note_oversubscription(const RunConfig& cfg, MPI_Comm comm, const NodeShare& share) {
+// slower than the same logical ranks folded onto fewer processes (the default run's 4 ranks on 2 cores:
+// 72-75 steps/s on 4 processes, 393-451 on 2; docs/user-guide.md). Said, not done: the launcher fixed the
+// process count, and a user may be running on processes on purpose (the MPI path is what is being tested).
+void note_oversubscription(const RunConfig& cfg, const ProcessLayout& layout, const NodeShare& share) {
   if (share.processes <= share.cpus) return;
-  int processes = 1;
-  MPI_Comm_size(comm, &processes);
-  const int world = cfg.dist.world_size > 0 ? static_cast<int>(cfg.dist.world_size) : processes;
+  const int world = layout.world_size;
   std::string hint;
-  if (processes == share.processes) {  // one node: fold onto the largest divisor of W that fits its CPUs
+  if (layout.processes == share.processes) {  // one node: fold onto the largest divisor of W that fits its CPUs
     int fold = 1;
     for (int p = 1; p <= share.cpus; ++p)
       if (world % p == 0) fold = p;
@@ -1049,7 +1048,7 @@ RunSummary run_training(const RunConfig& cfg, MPI_Comm comm) {
   const NodeShare share = node_share(comm);
   adapt_waiting(share);
   collectively(comm, [&] { run = std::make_unique<Run>(cfg, comm, nonce, share.processes); });
-  if (process == 0 && !cfg.quiet) note_oversubscription(cfg, comm, share);
+  if (process == 0 && !cfg.quiet) note_oversubscription(cfg, run->layout(), share);
   watchdog.progress(-1);
   std::unique_ptr<TrajectoryWriter> writer;
   collectively(comm, [&] { writer = run->open_output(); });
