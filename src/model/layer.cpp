@@ -1,0 +1,65 @@
+#include "model/layer.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace divsim {
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+ConstMatView OperandRounding::operator()(Role role, ConstMatView m) const {
+  if (format_ == MatmulFormat::fp32) return m;
+  const auto n = static_cast<std::size_t>(m.size());
+  const std::span<float> scratch = scratch_[role];
+  if (n > scratch.size()) throw std::logic_error("operand rounding scratch smaller than a matmul operand");
+  std::copy_n(m.data(), n, scratch.data());
+  round_to_format(scratch.first(n), format_);
+  return ConstMatView(scratch.data(), m.rows(), m.cols());
+}
+
+double LayerSpec::option(const std::string& key) const {
+  const auto it = options.find(key);
+  if (it == options.end()) throw std::logic_error("layer " + name + " (" + style + ") needs the setting " + key);
+  return it->second;
+}
+
+double LayerSpec::option(const std::string& key, double fallback) const {
+  const auto it = options.find(key);
+  return it == options.end() ? fallback : it->second;
+}
+
+Layer::Layer(const LayerSpec& spec) : style_(spec.style), name_(spec.name), inputs_(spec.inputs) {
+  if (inputs_.empty()) throw std::logic_error("layer " + name_ + " has no input");
+}
+
+void Layer::place(std::uint32_t index, std::vector<std::size_t> param_offsets, std::vector<std::size_t> buffer_offsets) {
+  if (param_offsets.size() != params_.size() || buffer_offsets.size() != buffers_.size())
+    throw std::logic_error("layer " + name_ + ": offsets do not match its tensors");
+  index_ = index;
+  param_offsets_ = std::move(param_offsets);
+  buffer_offsets_ = std::move(buffer_offsets);
+}
+
+std::map<std::string, LayerFactory>& layer_registry() {
+  static std::map<std::string, LayerFactory> registry;
+  return registry;
+}
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
+  const auto& registry = layer_registry();
+  const auto it = registry.find(spec.style);
+  if (it == registry.end()) throw std::logic_error("no layer style " + spec.style + " (for " + spec.name + ")");
+  return it->second(spec);
+}
+
+}  // namespace divsim
