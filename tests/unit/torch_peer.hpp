@@ -5,6 +5,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layer.hpp"
@@ -24,8 +25,9 @@ std::map<std::string, std::vector<double>> run_python(const std::string& script,
 // input's gradient, each parameter's gradient, each buffer after the pass, and the eval-mode output.
 // Every one must agree within `rel` times its largest reference magnitude.
 struct TorchLayerCase {
+  TorchLayerCase(LayerSpec s, std::int64_t r, std::string m) : spec(std::move(s)), rows(r), module(std::move(m)) {}
   LayerSpec spec;
-  std::int64_t rows = 4;
+  std::int64_t rows;
   std::string module;           // Python statements defining m (torch and F = torch.nn.functional imported)
   double rel = 1e-5;
   double input_scale = 1.0;     // the inputs' standard deviation
