@@ -15,11 +15,15 @@
 // inputs); bf16/fp16 round the GEMM inputs on the device exactly as the CPU emulation does, then run
 // the pedantic FP32 GEMM.
 //
+// Models: the kernels cover the mlp's layer styles (linear, batchnorm1d, relu, dropout) in a chain; the
+// graph is read once into GpuLayer rows. Other models are a ConfigError naming the layer.
 // Not supported: dist.reduce=deterministic (its fixed chunk partials are a CPU design; ConfigError).
 // Not here: several GPUs per process, CUDA graphs, overlapping transfers with compute.
 #include "gpu_engine.hpp"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <cmath>
 #include <stdexcept>
 
@@ -27,7 +31,7 @@
 #include "cuda_util.hpp"
 #include "layers_gpu.hpp"
 #include "loss_gpu.hpp"
-#include "model/layers.hpp"
+#include "model/activation_stats.hpp"
 #include "numerics/philox.hpp"
 
 namespace divsim {
@@ -38,6 +42,46 @@ constexpr std::int64_t kEvalBatch = 1000;  // as the CPU engine: eval results do
 std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
 int i32(std::int64_t v) { return static_cast<int>(v); }
 
+enum class GpuKind { linear, batchnorm, relu, dropout };
+
+// One layer of the chain as the kernels need it: sizes, offsets of its tensors, its settings.
+struct GpuLayer {
+  GpuKind kind;
+  std::string name;
+  std::int64_t in = 0, out = 0;
+  std::size_t weight = 0, bias = 0, running_mean = 0, running_var = 0;
+  std::uint32_t index = 0;
+  double drop = 0.0, momentum = 0.0, eps = 0.0;
+};
+
+std::vector<GpuLayer> gpu_layers(const Model& model) {
+  static const std::map<std::string, GpuKind> kinds = {{"linear", GpuKind::linear}, {"batchnorm1d", GpuKind::batchnorm},
+                                                       {"relu", GpuKind::relu}, {"dropout", GpuKind::dropout}};
+  std::vector<GpuLayer> layers;
+  for (std::size_t l = 0; l < model.size(); ++l) {
+    const Layer& x = model.layer(l);
+    const auto kind = kinds.find(x.style());
+    if (kind == kinds.end() || model.nodes()[l].inputs != std::vector<int>{static_cast<int>(l)})
+      throw ConfigError("run.device", "the CUDA kernels run model.type=mlp only; layer " + x.name() + " (" + x.style() +
+                                          ") needs run.device=cpu");
+    GpuLayer g{kind->second, x.name(), x.in_features(), x.out_features()};
+    g.index = x.index();
+    if (!x.params().empty()) {
+      g.weight = x.param(0);
+      g.bias = x.param(1);
+    }
+    if (!x.buffers().empty()) {
+      g.running_mean = x.buffer(0);
+      g.running_var = x.buffer(1);
+    }
+    g.drop = x.option("p", 0.0);
+    g.momentum = x.option("momentum", 0.1);
+    g.eps = x.option("eps", 1e-5);
+    layers.push_back(g);
+  }
+  return layers;
+}
+
 // One replica's device memory.
 struct DeviceReplica {
   int rank = -1;
@@ -46,11 +90,14 @@ struct DeviceReplica {
   gpu::DeviceBuffer<std::int32_t> labels, correct;
   gpu::DeviceBuffer<std::int64_t> samples;
   gpu::DeviceBuffer<double> terms;  // loss terms of the micro-batch (loss_gpu.hpp)
+  // Host staging: an activation or gradient for layer statistics; BatchNorm's batch statistics per layer.
+  std::vector<float> host;
+  std::vector<std::vector<float>> host_bn_mean, host_bn_invstd;
 };
 
 class GpuEngine final : public Engine {
  public:
-  GpuEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
+  GpuEngine(const Model& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
 
   int grad_parts() const override { return 1; }
   void allocate(Replica& r) const override;
@@ -61,10 +108,10 @@ class GpuEngine final : public Engine {
   DeviceReplica& device_replica(std::size_t k, const Replica& r);
   void upload_inputs(Replica& r, DeviceReplica& d, std::int64_t step, int micro);
   void forward_layer(std::span<Replica> replicas, std::size_t l, std::int64_t step);
-  void batchnorm_forward(std::span<Replica> replicas, const Layer& layer);
+  void batchnorm_forward(std::span<Replica> replicas, const GpuLayer& layer);
   void loss(Replica& r, DeviceReplica& d);
   void backward_layer(std::span<Replica> replicas, std::size_t l);
-  void batchnorm_backward(std::span<Replica> replicas, const Layer& layer);
+  void batchnorm_backward(std::span<Replica> replicas, const GpuLayer& layer);
   // Per-rank totals [ranks][n] of the per-rank sums in bn_parts_: over all logical ranks (sync_bn) or
   // each rank's own. Returns the row count they cover.
   double combine_bn_sums(std::size_t ranks, std::size_t n);
@@ -77,7 +124,9 @@ class GpuEngine final : public Engine {
     return l == 0 ? d.input.data() : d.out[l - 1].data();
   }
 
-  const Mlp& model_;
+  const Model& model_;
+  std::vector<GpuLayer> layers_;
+  std::int64_t max_width_ = 0;
   const Dataset& data_;
   Reducer& reducer_;
   EngineSettings s_;
@@ -95,16 +144,18 @@ class GpuEngine final : public Engine {
   gpu::DeviceBuffer<double> eval_terms_;
 };
 
-GpuEngine::GpuEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings)
-    : model_(model), data_(train), reducer_(reducer), s_(settings), blas_(stream_.get()) {
+GpuEngine::GpuEngine(const Model& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings)
+    : model_(model), layers_(gpu_layers(model)), data_(train), reducer_(reducer), s_(settings), blas_(stream_.get()) {
   if (s_.chunk != s_.plan.micro_batch) throw std::logic_error("the GPU engine processes a micro-batch as one chunk");
-  const std::int64_t w = model_.max_width();
+  max_width_ = std::max(model_.in_features(), model_.classes());
+  for (const GpuLayer& l : layers_) max_width_ = std::max(max_width_, l.out);
+  const std::int64_t w = max_width_;
   const std::size_t rows = sz(std::max(s_.plan.micro_batch, kEvalBatch));
   round_a_ = gpu::DeviceBuffer<float>(rows * sz(w));
   round_c_ = gpu::DeviceBuffer<float>(rows * sz(w));
   std::size_t max_weight = 0;
-  for (const Layer& l : model_.layers())
-    if (l.kind == LayerKind::linear) max_weight = std::max(max_weight, sz(l.in * l.out));
+  for (const GpuLayer& l : layers_)
+    if (l.kind == GpuKind::linear) max_weight = std::max(max_weight, sz(l.in * l.out));
   round_b_ = gpu::DeviceBuffer<float>(max_weight);
   sums_ = gpu::DeviceBuffer<double>(2 * sz(w));
   totals_ = gpu::DeviceBuffer<double>(2 * sz(w));
@@ -119,11 +170,9 @@ GpuEngine::GpuEngine(const Mlp& model, const Dataset& train, Reducer& reducer, c
   eval_correct_ = gpu::DeviceBuffer<std::int32_t>(sz(kEvalBatch));
 }
 
-// The host side of a replica: what the step loop reads and writes, plus staging for layer statistics
-// (out, dcur) and BatchNorm's batch statistics.
+// The host side of a replica: what the step loop reads and writes.
 void GpuEngine::allocate(Replica& r) const {
   const std::size_t mb = sz(s_.plan.micro_batch);
-  const auto& layers = model_.layers();
   r.params.assign(model_.num_params(), 0.0f);
   r.grads.assign(model_.num_params(), 0.0f);
   r.buffers.assign(model_.num_buffers(), 0.0f);
@@ -131,36 +180,25 @@ void GpuEngine::allocate(Replica& r) const {
   r.step_samples.assign(mb * sz(s_.plan.accum_steps), 0);
   r.labels.assign(mb, 0);
   r.input.assign(mb * sz(model_.in_features()), 0.0f);
-  r.out.assign(layers.size(), {});
-  r.bn_mean.assign(layers.size(), {});
-  r.bn_invstd.assign(layers.size(), {});
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    r.out[l].assign(mb * sz(layers[l].out), 0.0f);
-    if (layers[l].kind == LayerKind::batchnorm) {
-      r.bn_mean[l].assign(sz(layers[l].out), 0.0f);
-      r.bn_invstd[l].assign(sz(layers[l].out), 0.0f);
-    }
-  }
-  r.dcur.assign(mb * sz(model_.max_width()), 0.0f);
   r.loss_parts.assign(1, 0.0);
 }
 
 DeviceReplica& GpuEngine::device_replica(std::size_t k, const Replica& r) {
   if (k == dev_.size()) {
     const std::size_t mb = sz(s_.plan.micro_batch);
-    const auto& layers = model_.layers();
+    const auto& layers = layers_;
     DeviceReplica d;
     d.rank = r.rank;
     d.params = gpu::DeviceBuffer<float>(model_.num_params());
     d.grads = gpu::DeviceBuffer<float>(model_.num_params());
     d.input = gpu::DeviceBuffer<float>(mb * sz(model_.in_features()));
-    d.dcur = gpu::DeviceBuffer<float>(mb * sz(model_.max_width()));
-    d.dnext = gpu::DeviceBuffer<float>(mb * sz(model_.max_width()));
-    for (const Layer& layer : layers) {
+    d.dcur = gpu::DeviceBuffer<float>(mb * sz(max_width_));
+    d.dnext = gpu::DeviceBuffer<float>(mb * sz(max_width_));
+    for (const GpuLayer& layer : layers) {
       const std::size_t n = mb * sz(layer.out);
-      const bool bn = layer.kind == LayerKind::batchnorm;
+      const bool bn = layer.kind == GpuKind::batchnorm;
       d.out.emplace_back(n);
-      d.aux.emplace_back(bn || layer.kind == LayerKind::dropout ? n : 0);
+      d.aux.emplace_back(bn || layer.kind == GpuKind::dropout ? n : 0);
       d.bn_mean.emplace_back(bn ? sz(layer.out) : 0);
       d.bn_invstd.emplace_back(bn ? sz(layer.out) : 0);
     }
@@ -168,6 +206,11 @@ DeviceReplica& GpuEngine::device_replica(std::size_t k, const Replica& r) {
     d.correct = gpu::DeviceBuffer<std::int32_t>(mb);
     d.samples = gpu::DeviceBuffer<std::int64_t>(mb);
     d.terms = gpu::DeviceBuffer<double>(mb * sz(model_.classes()));
+    d.host.resize(mb * sz(max_width_));
+    for (const GpuLayer& layer : layers) {
+      d.host_bn_mean.emplace_back(layer.kind == GpuKind::batchnorm ? sz(layer.out) : 0);
+      d.host_bn_invstd.emplace_back(layer.kind == GpuKind::batchnorm ? sz(layer.out) : 0);
+    }
     dev_.push_back(std::move(d));
   }
   if (k >= dev_.size() || dev_[k].rank != r.rank)
@@ -213,7 +256,7 @@ void GpuEngine::host_stats(const gpu::DeviceBuffer<float>& device, std::int64_t 
 }
 
 void GpuEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) {
-  const auto& layers = model_.layers();
+  const auto& layers = layers_;
   const std::size_t L = layers.size();
   for (std::size_t k = 0; k < replicas.size(); ++k)
     upload_inputs(replicas[k], device_replica(k, replicas[k]), step, micro);
@@ -222,25 +265,25 @@ void GpuEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int mi
     forward_layer(replicas, l, step);
     if (stats)
       for (std::size_t k = 0; k < replicas.size(); ++k)
-        host_stats(dev_[k].out[l], layers[l].out, replicas[k].out[l], stats->forward.data() + (k * L + l) * kStatCount);
+        host_stats(dev_[k].out[l], layers[l].out, dev_[k].host, stats->forward.data() + (k * L + l) * kStatCount);
   }
   for (std::size_t k = 0; k < replicas.size(); ++k) loss(replicas[k], dev_[k]);
   for (std::size_t l = L; l-- > 0;) {
     if (stats)
       for (std::size_t k = 0; k < replicas.size(); ++k)
-        host_stats(dev_[k].dcur, layers[l].out, replicas[k].dcur, stats->backward.data() + (k * L + l) * kStatCount);
+        host_stats(dev_[k].dcur, layers[l].out, dev_[k].host, stats->backward.data() + (k * L + l) * kStatCount);
     backward_layer(replicas, l);
   }
   for (std::size_t k = 0; k < replicas.size(); ++k) dev_[k].grads.download(replicas[k].grads, stream_.get());
 }
 
 void GpuEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::int64_t step) {
-  const Layer& layer = model_.layers()[l];
+  const GpuLayer& layer = layers_[l];
   const int rows = i32(s_.plan.micro_batch);
   const std::size_t n = sz(s_.plan.micro_batch * layer.out);
   const cudaStream_t stream = stream_.get();
   switch (layer.kind) {
-    case LayerKind::linear:
+    case GpuKind::linear:
       for (std::size_t k = 0; k < replicas.size(); ++k) {
         DeviceReplica& d = dev_[k];
         const MatmulFormat f = replicas[k].knobs.matmul;
@@ -250,12 +293,12 @@ void GpuEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::i
                             d.out[l].data());
       }
       return;
-    case LayerKind::relu:
+    case GpuKind::relu:
       for (DeviceReplica& d : dev_) gpu::relu_forward(layer_input(d, l), d.out[l].data(), n, stream);
       return;
-    case LayerKind::dropout: {
+    case GpuKind::dropout: {
       // The CPU's keyed masks, drawn on the device: (step, global sample index, layer), never the rank.
-      const auto keep = static_cast<float>(1.0 - model_.dropout());
+      const auto keep = static_cast<float>(1.0 - layer.drop);
       const float scale = 1.0f / keep;
       for (std::size_t k = 0; k < replicas.size(); ++k) {
         DeviceReplica& d = dev_[k];
@@ -267,7 +310,7 @@ void GpuEngine::forward_layer(std::span<Replica> replicas, std::size_t l, std::i
       }
       return;
     }
-    case LayerKind::batchnorm:
+    case GpuKind::batchnorm:
       batchnorm_forward(replicas, layer);
       return;
   }
@@ -285,7 +328,7 @@ double GpuEngine::combine_bn_sums(std::size_t ranks, std::size_t n) {
   return static_cast<double>(s_.plan.micro_batch);
 }
 
-void GpuEngine::batchnorm_forward(std::span<Replica> replicas, const Layer& layer) {
+void GpuEngine::batchnorm_forward(std::span<Replica> replicas, const GpuLayer& layer) {
   const std::size_t l = layer.index, n = sz(layer.out), ranks = replicas.size();
   const int rows = i32(s_.plan.micro_batch), cols = i32(layer.out);
   const cudaStream_t stream = stream_.get();
@@ -307,7 +350,7 @@ void GpuEngine::batchnorm_forward(std::span<Replica> replicas, const Layer& laye
   }
   combine_bn_sums(ranks, n);
 
-  const double m = model_.bn_momentum(), eps = model_.bn_eps();
+  const double m = layer.momentum, eps = layer.eps;
   for (std::size_t k = 0; k < ranks; ++k) {
     Replica& r = replicas[k];
     DeviceReplica& d = dev_[k];
@@ -315,14 +358,14 @@ void GpuEngine::batchnorm_forward(std::span<Replica> replicas, const Layer& laye
     float* running_var = r.buffers.data() + layer.running_var;
     for (std::size_t i = 0; i < n; ++i) {
       const double var = bn_totals_[k * n + i] / count;
-      r.bn_mean[l][i] = static_cast<float>(bn_means_[k * n + i]);
-      r.bn_invstd[l][i] = static_cast<float>(1.0 / std::sqrt(var + eps));
+      d.host_bn_mean[l][i] = static_cast<float>(bn_means_[k * n + i]);
+      d.host_bn_invstd[l][i] = static_cast<float>(1.0 / std::sqrt(var + eps));
       // PyTorch: running stats use the unbiased variance and momentum m.
       running_mean[i] = static_cast<float>((1.0 - m) * running_mean[i] + m * bn_means_[k * n + i]);
       running_var[i] = static_cast<float>((1.0 - m) * running_var[i] + m * var * count / std::max(1.0, count - 1.0));
     }
-    d.bn_mean[l].upload(r.bn_mean[l], stream);
-    d.bn_invstd[l].upload(r.bn_invstd[l], stream);
+    d.bn_mean[l].upload(d.host_bn_mean[l], stream);
+    d.bn_invstd[l].upload(d.host_bn_invstd[l], stream);
     gpu::bn_normalize(layer_input(d, l), rows, cols, d.bn_mean[l].data(), d.bn_invstd[l].data(),
                       d.params.data() + layer.weight, d.params.data() + layer.bias, d.aux[l].data(),
                       d.out[l].data(), stream);
@@ -351,12 +394,12 @@ void GpuEngine::loss(Replica& r, DeviceReplica& d) {
 }
 
 void GpuEngine::backward_layer(std::span<Replica> replicas, std::size_t l) {
-  const Layer& layer = model_.layers()[l];
+  const GpuLayer& layer = layers_[l];
   const int rows = i32(s_.plan.micro_batch);
   const std::size_t n = sz(s_.plan.micro_batch * layer.out);
   const cudaStream_t stream = stream_.get();
   switch (layer.kind) {
-    case LayerKind::linear:
+    case GpuKind::linear:
       for (std::size_t k = 0; k < replicas.size(); ++k) {
         DeviceReplica& d = dev_[k];
         const MatmulFormat f = replicas[k].knobs.matmul;
@@ -368,20 +411,20 @@ void GpuEngine::backward_layer(std::span<Replica> replicas, std::size_t l) {
                              d.grads.data() + layer.bias, l == 0 ? nullptr : d.dnext.data());
       }
       break;
-    case LayerKind::relu:
+    case GpuKind::relu:
       for (DeviceReplica& d : dev_) gpu::relu_backward(d.dcur.data(), d.out[l].data(), d.dnext.data(), n, stream);
       break;
-    case LayerKind::dropout:
+    case GpuKind::dropout:
       for (DeviceReplica& d : dev_) gpu::dropout_apply(d.dcur.data(), d.aux[l].data(), d.dnext.data(), n, stream);
       break;
-    case LayerKind::batchnorm:
+    case GpuKind::batchnorm:
       batchnorm_backward(replicas, layer);
       break;
   }
   for (DeviceReplica& d : dev_) std::swap(d.dcur, d.dnext);
 }
 
-void GpuEngine::batchnorm_backward(std::span<Replica> replicas, const Layer& layer) {
+void GpuEngine::batchnorm_backward(std::span<Replica> replicas, const GpuLayer& layer) {
   const std::size_t l = layer.index, n = sz(layer.out), ranks = replicas.size();
   const int rows = i32(s_.plan.micro_batch), cols = i32(layer.out);
   const cudaStream_t stream = stream_.get();
@@ -421,23 +464,23 @@ EvalResult GpuEngine::evaluate(const Replica& r, const Dataset& data) {
     const std::int64_t rows = std::min(kEvalBatch, data.n - first);
     const float* cur = eval_x_.data() + sz(first * data.dim);
     float* next = eval_a_.data();
-    for (const Layer& layer : model_.layers()) {
+    for (const GpuLayer& layer : layers_) {
       const std::size_t n = sz(rows * layer.out);
       switch (layer.kind) {
-        case LayerKind::linear:
+        case GpuKind::linear:
           gpu::linear_forward(blas(f), operand(f, cur, sz(rows * layer.in), round_a_),
                               operand(f, eval_params_.data() + layer.weight, sz(layer.in * layer.out), round_b_),
                               eval_params_.data() + layer.bias, i32(rows), i32(layer.in), i32(layer.out), next);
           break;
-        case LayerKind::batchnorm:
+        case GpuKind::batchnorm:
           gpu::bn_forward_eval(cur, i32(rows), i32(layer.out), eval_buffers_.data() + layer.running_mean,
-                               eval_buffers_.data() + layer.running_var, model_.bn_eps(),
+                               eval_buffers_.data() + layer.running_var, layer.eps,
                                eval_params_.data() + layer.weight, eval_params_.data() + layer.bias, next, stream);
           break;
-        case LayerKind::relu:
+        case GpuKind::relu:
           gpu::relu_forward(cur, next, n, stream);
           break;
-        case LayerKind::dropout:
+        case GpuKind::dropout:
           continue;  // identity in eval mode
       }
       cur = next;
@@ -458,7 +501,7 @@ EvalResult GpuEngine::evaluate(const Replica& r, const Dataset& data) {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_gpu_engine(const Mlp& model, const Dataset& train, Reducer& reducer,
+std::unique_ptr<Engine> make_gpu_engine(const Model& model, const Dataset& train, Reducer& reducer,
                                         const EngineSettings& settings, int /*process: select_device names it*/,
                                         MPI_Comm comm) {
   // The same on every process (configuration), so throwing before the collective below is safe.

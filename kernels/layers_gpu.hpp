@@ -1,5 +1,5 @@
 #pragma once
-// GPU twins of model/layers.hpp (and the dropout-mask draw of train/step_engine.cpp), over device
+// GPU twins of the mlp's layer styles (model/layers/: linear, batchnorm, relu, dropout), over device
 // pointers to row-major [B, C] activations (B = rows, IN/OUT/C = features). Same formulas, same
 // precision of every intermediate as the CPU reference; tests/gpu compare each against it.
 // All work is enqueued on `stream`; linear layers run cuBLAS on the stream of the handle in Blas.

@@ -25,6 +25,7 @@
 #include "config/option_grammar.hpp"
 #include "divsim_version.hpp"
 #include "faults/fault_spec.hpp"
+#include "model/model.hpp"
 
 namespace divsim {
 
@@ -193,6 +194,7 @@ const std::vector<Field>& fields() {
       field("data", "synthetic_classes", &R::data, &DataSection::synthetic_classes, "synthetic: classes (>= 2)"),
       field("data", "synthetic_teacher_hidden", &R::data, &DataSection::synthetic_teacher_hidden,
             "synthetic: hidden width of the teacher network"),
+      field("model", "type", &R::model, &ModelSection::type, "the model (docs/models.md): mlp"),
       field("model", "hidden", &R::model, &ModelSection::hidden, "hidden widths, e.g. 256,128; empty = logistic regression"),
       field("model", "batchnorm", &R::model, &ModelSection::batchnorm, "BatchNorm1d after each hidden Linear"),
       field("model", "dropout", &R::model, &ModelSection::dropout, "drop probability after each hidden ReLU, [0,1)"),
@@ -588,6 +590,11 @@ void validate(const RunConfig& c) {
   require_int("data.synthetic_teacher_hidden", c.data.synthetic_teacher_hidden, c.data.synthetic_teacher_hidden > 0,
               "> 0");
 
+  if (!model_registry().contains(c.model.type)) {
+    std::string known;
+    for (const auto& entry : model_registry()) known += (known.empty() ? "" : ", ") + entry.first;
+    throw ConfigError("model.type", in_quotes(c.model.type) + " is not one of: " + known);
+  }
   for (const std::int64_t w : c.model.hidden) require_int("model.hidden", w, w >= 1 && w <= 65536, "widths in [1, 65536]");
   require_double("model.dropout", c.model.dropout, c.model.dropout >= 0 && c.model.dropout < 1, "in [0,1)");
   require_double("model.bn_momentum", c.model.bn_momentum, c.model.bn_momentum >= 0 && c.model.bn_momentum <= 1,

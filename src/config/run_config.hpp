@@ -38,7 +38,8 @@ struct DataSection {
 };
 
 struct ModelSection {
-  std::vector<std::int64_t> hidden = {256, 128};  // hidden widths, e.g. "256,128"
+  std::string type = "mlp";                        // a registered model (model/models/)
+  std::vector<std::int64_t> hidden = {256, 128};  // mlp: hidden widths, e.g. "256,128"
   bool batchnorm = false;
   double dropout = 0.0;      // drop probability after each hidden ReLU
   double bn_momentum = 0.1;  // PyTorch convention: running = (1-m)*running + m*batch

@@ -27,6 +27,15 @@ ConstMatView OperandRounding::operator()(Role role, ConstMatView m) const {
   return ConstMatView(scratch.data(), m.rows(), m.cols());
 }
 
+ConstMatView OperandRounding::into(ConstMatView m, std::span<float> memory) const {
+  if (format_ == MatmulFormat::fp32) return m;
+  const auto n = static_cast<std::size_t>(m.size());
+  if (n > memory.size()) throw std::logic_error("operand rounding into memory smaller than the operand");
+  std::copy_n(m.data(), n, memory.data());
+  round_to_format(memory.first(n), format_);
+  return ConstMatView(memory.data(), m.rows(), m.cols());
+}
+
 double LayerSpec::option(const std::string& key) const {
   const auto it = options.find(key);
   if (it == options.end()) throw std::logic_error("layer " + name + " (" + style + ") needs the setting " + key);
@@ -38,8 +47,14 @@ double LayerSpec::option(const std::string& key, double fallback) const {
   return it == options.end() ? fallback : it->second;
 }
 
-Layer::Layer(const LayerSpec& spec) : style_(spec.style), name_(spec.name), inputs_(spec.inputs) {
+Layer::Layer(const LayerSpec& spec)
+    : style_(spec.style), name_(spec.name), inputs_(spec.inputs), options_(spec.options) {
   if (inputs_.empty()) throw std::logic_error("layer " + name_ + " has no input");
+}
+
+double Layer::option(const std::string& key, double fallback) const {
+  const auto it = options_.find(key);
+  return it == options_.end() ? fallback : it->second;
 }
 
 void Layer::place(std::uint32_t index, std::vector<std::size_t> param_offsets, std::vector<std::size_t> buffer_offsets) {

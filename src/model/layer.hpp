@@ -59,7 +59,8 @@ struct BufferSpec {
 };
 
 // A tensor kept from forward for backward: `per_sample` floats for each row (an activation), or
-// `per_replica` floats for the whole micro-batch (BatchNorm's batch mean).
+// `per_replica` floats for the whole micro-batch (BatchNorm's batch mean). A per-sample tensor's pointer
+// in a Pass is at the block's first row; a per-replica tensor's is at its start, whatever the block.
 struct SavedSpec {
   std::string name;
   std::int64_t per_sample = 0, per_replica = 0;
@@ -82,6 +83,10 @@ class OperandRounding {
   OperandRounding(MatmulFormat format, std::array<std::span<float>, 3> scratch) : format_(format), scratch_(scratch) {}
   MatmulFormat format() const { return format_; }
   ConstMatView operator()(Role role, ConstMatView m) const;
+  // The same into memory of the layer's own (its workspace), for operands larger than the engine's
+  // scratch: each role's holds the largest activation, the largest operand of a declared product
+  // (MatrixProduct) and the largest parameter tensor, for the rows of one call.
+  ConstMatView into(ConstMatView m, std::span<float> memory) const;
 
  private:
   MatmulFormat format_;
@@ -101,7 +106,8 @@ struct Pass {
   std::int64_t rows = 0;
   std::array<const float*, 2> x{};  // inputs, in the order the model wired them
   float* y = nullptr;               // output
-  std::span<float* const> saved;    // the layer's SavedSpec tensors, in declaration order
+  std::span<float* const> saved;    // the layer's SavedSpec tensors, in declaration order (empty in eval)
+  std::span<float> work;            // the layer's workspace for this call (Layer::add_workspace)
   const float* params = nullptr;    // the replica's flat parameters (layer offsets index into it)
   float* buffers = nullptr;         // the replica's flat buffers
   RowKeys keys;
@@ -141,6 +147,11 @@ class Layer {
   const std::vector<BufferSpec>& buffers() const { return buffers_; }
   const std::vector<SavedSpec>& saved() const { return saved_; }
   const std::vector<MatrixProduct>& products() const { return products_; }
+  // Floats of working memory one call needs for `rows` rows (Pass::work).
+  std::int64_t workspace(std::int64_t rows) const { return work_per_sample_ * rows + work_per_call_; }
+  // The settings it was built with (LayerSpec::options), for whoever rebuilds it elsewhere (the GPU
+  // engine, a PyTorch export).
+  double option(const std::string& key, double fallback) const;
 
   // Where the model placed its tensors: offsets into the flat parameter and buffer arrays, in params() /
   // buffers() order, and its position in the model (keys its random streams).
@@ -165,6 +176,12 @@ class Layer {
     saved_.push_back({std::move(name), per_sample, per_replica});
   }
   void add_product(MatrixProduct p) { products_.push_back(p); }
+  // Working memory for the duration of one call, in training and in eval: not kept between calls (keep
+  // tensors backward needs with add_saved), shared by all layers.
+  void add_workspace(std::int64_t per_sample, std::int64_t per_call = 0) {
+    work_per_sample_ = per_sample;
+    work_per_call_ = per_call;
+  }
   // A parameter or buffer of this replica, by declaration index.
   const float* weight_of(const Pass& p, std::size_t i) const { return p.params + param_offsets_[i]; }
   float* grad_of(const Pass& p, std::size_t i) const { return p.grads + param_offsets_[i]; }
@@ -172,11 +189,13 @@ class Layer {
  private:
   std::string style_, name_;
   std::vector<Shape> inputs_;
+  std::map<std::string, double> options_;
   Shape output_;
   std::vector<ParamSpec> params_;
   std::vector<BufferSpec> buffers_;
   std::vector<SavedSpec> saved_;
   std::vector<MatrixProduct> products_;
+  std::int64_t work_per_sample_ = 0, work_per_call_ = 0;
   std::vector<std::size_t> param_offsets_, buffer_offsets_;
   std::uint32_t index_ = 0;
 };

@@ -9,7 +9,7 @@
 
 #include "comm/reducer.hpp"
 #include "data/dataset.hpp"
-#include "model/mlp.hpp"
+#include "model/model.hpp"
 #include "train/batch_plan.hpp"
 #include "train/replica.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/loss.hpp"
-#include "model/mlp.hpp"
+#include "model/model.hpp"
 #include "numerics/bits.hpp"
 #include "optim/optimizer.hpp"
 
@@ -78,7 +78,7 @@ class GradientBuffer {
 
 struct Replica {
   int rank = 0;                   // logical rank
-  std::vector<float> params;      // flat, Mlp::tensors() layout
+  std::vector<float> params;      // flat, Model::tensors() layout
   GradientBuffer grads;           // grad_parts x num_params partial gradients
   std::vector<float> buffers;     // BN running statistics
   std::unique_ptr<Optimizer> optimizer;
@@ -94,11 +94,10 @@ struct Replica {
   std::vector<std::int64_t> samples;   // global sample indices of the current micro-batch
   std::vector<std::int64_t> step_samples;  // all samples of the step (accum x micro), for recording
   std::vector<std::int32_t> labels;
-  std::vector<float> input;            // [micro, in_features]
-  std::vector<std::vector<float>> out; // per layer: [micro, layer.out]
-  std::vector<std::vector<float>> aux; // per layer: BN xhat / dropout mask, [micro, layer.out]
-  std::vector<std::vector<float>> bn_mean, bn_invstd;  // per layer (BN only): [layer.out]
-  std::vector<float> dcur, dnext;      // backward ping-pong: gradient w.r.t. a layer's output / input
+  std::vector<float> input;            // [micro, in_features]: activation 0
+  std::vector<std::vector<float>> act;       // per activation: [micro, features] (act[0] unused: input)
+  std::vector<std::vector<float>> act_grad;  // per activation: d loss / d activation (act_grad[0] unused)
+  std::vector<std::vector<std::vector<float>>> saved;  // per layer: its SavedSpec tensors
   std::vector<double> loss_parts;      // per chunk: sum of per-sample losses in the current step
 
   // Per-step results.

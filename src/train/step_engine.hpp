@@ -1,7 +1,7 @@
 #pragma once
 // Forward, loss and backward of one micro-step for all of this process's logical ranks, in lockstep
-// layer by layer, so that SyncBatchNorm can reduce batch statistics across every logical rank in the
-// middle of the pass. Also evaluation with each rank's own replica.
+// layer by layer over the model's graph, so that SyncBatchNorm can reduce batch statistics across every
+// logical rank in the middle of the pass. Also evaluation with each rank's own replica.
 //
 // Chunks: in deterministic mode a rank's micro-batch is processed as fixed chunks of `chunk` samples
 // (the same shapes whatever the world size, so every chunk's float results are identical bits), and each
@@ -14,14 +14,13 @@
 #include <span>
 #include <vector>
 
-#include "model/layers.hpp"
 #include "train/engine.hpp"
 
 namespace divsim {
 
 class StepEngine final : public Engine {
  public:
-  StepEngine(const Mlp& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
+  StepEngine(const Model& model, const Dataset& train, Reducer& reducer, const EngineSettings& settings);
 
   int grad_parts() const override { return grad_parts_; }
   int chunks_per_micro() const { return chunks_per_micro_; }
@@ -34,31 +33,41 @@ class StepEngine final : public Engine {
  private:
   void gather_inputs(Replica& r, std::int64_t step) const;
   void forward_layer(std::span<Replica> replicas, std::size_t l, std::int64_t step);
-  void batchnorm_forward(std::span<Replica> replicas, const Layer& layer);
   void backward_layer(std::span<Replica> replicas, std::size_t l, int micro);
-  void batchnorm_backward(std::span<Replica> replicas, const Layer& layer, int micro);
-  // Combine per-chunk partial sums [rank_count][chunks][n] into per-rank totals [rank_count][n]: across
-  // all logical ranks (sync_bn, identical totals) or within each rank. Returns the row count they cover.
-  double combine_bn_sums(std::size_t ranks, std::size_t n);
-  // Matmul inputs in the replica's precision (rounded copies unless fp32).
-  ConstMatView matmul_input(const Replica& r, ConstMatView m, std::vector<float>& scratch) const;
-  const float* layer_input(const Replica& r, std::size_t l) const;
+  void statistics_forward(std::span<Replica> replicas, std::size_t l, std::int64_t step);
+  void statistics_backward(std::span<Replica> replicas, std::size_t l, int micro);
+  // Combine per-chunk partial sums [rank_count][chunks][n] into per-rank totals [rank_count][n] (at
+  // `totals` + k * stride): across all logical ranks (sync_bn, identical totals) or within each rank.
+  // Returns the row count they cover.
+  double combine_statistics(std::size_t ranks, std::size_t n, double* totals, std::size_t stride);
+  // Layer l's view of rows [row0, row0 + rows) of replica r: inputs, output, saved tensors, gradients.
+  Pass pass(Replica& r, std::size_t l, std::int64_t row0, std::int64_t rows, std::int64_t step);
+  // Where layer l's input i writes its gradient: the activation's gradient, or the scratch whose sum onto
+  // it follows (a later reader of the activation has written it already).
+  float* input_grad(Replica& r, std::size_t l, std::size_t i, std::int64_t row0);
+  void add_input_grads(Replica& r, std::size_t l);
+  const float* activation(const Replica& r, int a) const;
   struct GradTarget {
     std::size_t slot;  // of Replica::grads
     GradWrite write;
   };
   GradTarget grad_target(int micro, int chunk) const;
 
-  const Mlp& model_;
+  const Model& model_;
   const Dataset& data_;
   Reducer& reducer_;
   EngineSettings s_;
   int chunks_per_micro_ = 1, grad_parts_ = 1;
-  std::vector<std::int64_t> product_rows_;  // per layer: EngineSettings::product_rows resolved
-  std::vector<double> bn_parts_, bn_totals_, bn_means_;    // scratch for BN statistics
-  std::vector<float> round_a_, round_b_, round_c_;         // precision-emulation scratch
-  std::vector<float> eval_a_, eval_b_;                     // eval ping-pong
-  std::vector<std::int32_t> eval_labels_;
+  std::vector<std::int64_t> block_rows_;  // per layer: rows per forward / input-gradient call
+  std::vector<std::array<bool, 2>> adds_grad_;  // per layer and input: add onto the activation's gradient
+  std::vector<double> stat_parts_, stat_totals_;  // cross-row statistics: per chunk, per rank
+  std::vector<float> round_a_, round_b_, round_c_;  // precision-emulation scratch
+  std::vector<float> grad_scratch_;                 // input gradients that are added, not written
+  std::vector<float> work_;                         // the layers' per-call workspace (Layer::add_workspace)
+  std::vector<float*> saved_ptrs_;
+  OperandRounding round_;
+  // Evaluation: one buffer per activation of eval_batch rows.
+  std::vector<std::vector<float>> eval_act_;
 };
 
 }  // namespace divsim

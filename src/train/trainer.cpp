@@ -22,7 +22,8 @@
 #include "data/h5_dataset.hpp"
 #include "data/sampler.hpp"
 #include "model/gemm_backend.hpp"
-#include "model/mlp.hpp"
+#include "model/activation_stats.hpp"
+#include "model/model.hpp"
 #include "numerics/simd.hpp"
 #include "optim/clip.hpp"
 #include "optim/optimizer.hpp"
@@ -130,11 +131,12 @@ void plan_tree(ReduceLayout& layout, bool distributed, std::size_t chunks_per_mi
 // the tree's first sum bit for bit where the products accumulate with one rounding per element
 // (accumulate_adds_rounded_product: probed for the chunk's weight-gradient shapes). It spares the
 // higher slot's clearing and the rank's first level of sums; the reducer sums the lower slots.
-void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Mlp& model) {
+void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Model& model) {
   const std::vector<int>& slots = layout.tree_slots;
   if (slots.size() < 2) return;
-  for (const Layer& l : model.layers())
-    if (l.kind == LayerKind::linear && !accumulate_adds_rounded_product(es.chunk, l.out, l.in)) return;
+  for (const Node& n : model.nodes())
+    for (const MatrixProduct& m : n.layer->products())
+      if (!accumulate_adds_rounded_product(es.chunk * m.rows_per_sample, m.out, m.in)) return;
   es.grad_slot.resize(slots.size());
   std::iota(es.grad_slot.begin(), es.grad_slot.end(), 0);
   for (std::size_t j = 0; j < slots.size(); j += 2)
@@ -142,16 +144,43 @@ void pair_tree_siblings(ReduceLayout& layout, EngineSettings& es, const Mlp& mod
   layout.tree_siblings_summed = true;
 }
 
-// Per layer: the whole micro-batch for a Linear layer whose forward and input-gradient products give a
-// row the same bits in one product as in chunk-sized ones (probed with this process's kernels), else 0.
-std::vector<std::int64_t> product_rows(const Mlp& model, std::int64_t micro_batch, std::int64_t chunk) {
+// Per layer: the whole micro-batch for a layer whose forward and input-gradient products all give a row
+// the same bits in one product as in chunk-sized ones (probed with this process's kernels), else 0.
+std::vector<std::int64_t> product_rows(const Model& model, std::int64_t micro_batch, std::int64_t chunk) {
   std::vector<std::int64_t> rows;
   if (micro_batch == chunk) return rows;  // one chunk: its products are the micro-batch's already
-  for (const Layer& l : model.layers())
-    rows.push_back(l.kind == LayerKind::linear && rows_do_not_depend_on_row_count(micro_batch, chunk, l.in, l.out)
-                       ? micro_batch
-                       : 0);
+  for (const Node& n : model.nodes()) {
+    const auto& products = n.layer->products();
+    const bool whole = !products.empty() && std::all_of(products.begin(), products.end(), [&](const MatrixProduct& m) {
+      return rows_do_not_depend_on_row_count(micro_batch * m.rows_per_sample, chunk * m.rows_per_sample, m.in, m.out);
+    });
+    rows.push_back(whole ? micro_batch : 0);
+  }
   return rows;
+}
+
+// The HDF5 dims attribute of a parameter tensor in PyTorch's layout.
+std::string tensor_dims(const ParamTensor& t) {
+  switch (t.shape.size()) {
+    case 1: return "feature";
+    case 2: return "out,in";
+    case 4: return "out,in,kh,kw";
+    default: return "dim" + std::to_string(t.shape.size());
+  }
+}
+
+std::string init_path(const ParamTensor& t) { return "/init/" + t.layer + "/" + t.name; }
+
+// /init: rank 0's initial parameters, one dataset per tensor.
+void write_init(TrajectoryWriter& writer, const ParamTensor& t, std::span<const float> values) {
+  writer.write_array(init_path(t), values, t.shape, tensor_dims(t),
+                     "rank 0's initial " + t.key() + " (PyTorch layout), before step 0");
+}
+
+// A sample's shape as the models see it: (channels, height, width) for images, flat features otherwise.
+Shape sample_shape(const Dataset& d) {
+  if (d.height == 0) return {d.dim};
+  return {d.dim / (d.height * d.width), d.height, d.width};
 }
 
 std::string iso_time_utc() {
@@ -289,7 +318,7 @@ class Run {
   BatchPlan plan_;
   MemoryBudget memory_;
   DataSplits data_;
-  Mlp model_;
+  Model model_;
   bool deterministic_ = false;
   double divisor_ = 1.0;
   double lr_factor_ = 1.0;  // batch.lr_scaling
@@ -334,7 +363,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       plan_(plan_batches(config, proc_.world_size)),
       memory_(memory_budget(processes_on_node)),
       data_(load_data_within(config, memory_)),
-      model_(config.model, data_.train.dim, data_.train.classes) {
+      model_(config.model, sample_shape(data_.train), data_.train.classes) {
   require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.hidden",
                std::to_string(proc_.rank_count) + " replica(s) of " + std::to_string(model_.num_params()) +
                    " parameters (model.hidden, dist.world_size / processes) with their gradients, optimizer state and "
@@ -352,7 +381,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
-  if (cfg_.model.batchnorm && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
+  if (model_.has_batch_statistics() && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
     throw ConfigError("model.batchnorm", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
                                          "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +
                                          "); use dist.sync_bn=true or a larger batch.global");
@@ -460,8 +489,8 @@ std::uint64_t Run::replica_bytes() const {
   // Parameters and gradients, optimizer state (momentum; AdamW two moments), and each layer's output
   // for one micro-batch.
   const std::uint64_t slots = 2 + (cfg_.optim.type == "adamw" ? 2 : cfg_.optim.momentum > 0 ? 1 : 0);
-  std::uint64_t activations = 0;
-  for (const Layer& l : model_.layers()) activations += static_cast<std::uint64_t>(l.out);
+  // Each activation and its gradient.
+  const auto activations = 2 * static_cast<std::uint64_t>(model_.activation_floats());
   return sizeof(float) * (slots * model_.num_params() + activations * static_cast<std::uint64_t>(plan_.micro_batch));
 }
 
@@ -472,7 +501,7 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   tl.rank_count = proc_.rank_count;
   tl.samples_per_step = plan_.per_rank_step();
   tl.record_samples = cfg_.record.samples;
-  for (const Layer& l : model_.layers()) tl.layer_names.push_back(l.name);
+  for (const Node& n : model_.nodes()) tl.layer_names.push_back(n.layer->name());
   tl.chunk_steps = cfg_.record.chunk_steps;
   tl.flush_every = cfg_.record.flush_every;
   RootAttributes attrs = environment_attributes(comm_);
@@ -513,12 +542,7 @@ void Run::replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const
     return std::span(v.data() + row * width, width);
   };
   if (cfg_.record.init_params)
-    for (const ParamTensor& t : model_.tensors()) {
-      const std::string path = "/init/" + t.layer + "/" + t.name;
-      writer.write_array(path, read_recorded_array(resume_source(), path, t.size), t.shape,
-                         t.shape.size() == 2 ? "out,in" : "feature",
-                         "rank 0's initial " + t.layer + "." + t.name + " (PyTorch layout), before step 0");
-    }
+    for (const ParamTensor& t : model_.tensors()) write_init(writer, t, read_recorded_array(resume_source(), init_path(t), t.size));
   std::size_t e = 0, lrow = 0, erow = 0;
   for (std::size_t row = 0; row < static_cast<std::size_t>(old.rows); ++row) {
     const std::int64_t step = old.step[row];
@@ -606,7 +630,7 @@ DIVSIM_WIDE_VECTORS double scaled_sum_of_squares(const double* v, std::size_t n,
 // per-layer L2 norms. Deterministic mode: unscaled; the fixed-point sum keeps the chunk partials, summed
 // here (the tree has summed them into the first already).
 void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) {
-  const std::size_t L = model_.layers().size(), np = model_.num_params();
+  const std::size_t L = model_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(reduce_parts_);
   const double scale = deterministic_ ? 1.0 / static_cast<double>(plan_.per_rank_step()) : 1.0;
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
@@ -783,11 +807,8 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
   }
   if (cfg_.record.init_params && !resume_)
     for (const ParamTensor& t : model_.tensors())
-      writer.write_array("/init/" + t.layer + "/" + t.name,
-                         std::span<const float>(replicas_[0].params.data() + t.offset, t.size), t.shape,
-                         t.shape.size() == 2 ? "out,in" : "feature",
-                         "rank 0's initial " + t.layer + "." + t.name + " (PyTorch layout), before step 0");
-  const std::size_t L = model_.layers().size(), R = replicas_.size(), np = model_.num_params();
+      write_init(writer, t, std::span<const float>(replicas_[0].params.data() + t.offset, t.size));
+  const std::size_t L = model_.size(), R = replicas_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
   if (faults_->needs_last_gradient())
     for (Replica& r : replicas_) r.last_grad.assign(np, 0.0f);

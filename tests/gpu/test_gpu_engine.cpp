@@ -14,7 +14,8 @@
 #include "config/config_error.hpp"
 #include "gpu_engine.hpp"
 #include "gpu_test_support.hpp"
-#include "model/layers.hpp"
+#include "model/activation_stats.hpp"
+#include "model/model.hpp"
 #include "nccl_reducer.hpp"
 #include "train/step_engine.hpp"
 
@@ -57,7 +58,7 @@ struct Bench {
               m.dropout = o.dropout;
               return m;
             }(),
-            256, 10),
+            Shape{256}, 10),
         train(make_data(1024, 256, 10, 40)),
         test(make_data(2500, 256, 10, 41)) {
     ReduceLayout layout;
@@ -90,7 +91,7 @@ struct Bench {
 
   // One optimizer step's forward/backward, as the step loop drives it; layer statistics of micro-step 0.
   LayerStatsBuffer step(Engine& engine, std::vector<Replica>& reps, std::int64_t step) const {
-    const std::size_t L = model.layers().size(), R = reps.size();
+    const std::size_t L = model.size(), R = reps.size();
     LayerStatsBuffer stats{std::vector<double>(R * L * kStatCount), std::vector<double>(R * L * kStatCount),
                            std::vector<double>(R * L)};
     for (Replica& r : reps) {
@@ -113,7 +114,7 @@ struct Bench {
   std::unique_ptr<Engine> gpu() { return make_gpu_engine(model, train, *reducer, settings, 0, MPI_COMM_SELF); }
 
   Options options;
-  Mlp model;
+  Model model;
   Dataset train, test;
   std::unique_ptr<Reducer> reducer;
   EngineSettings settings;

@@ -15,7 +15,7 @@
 #include "gpu_test_support.hpp"
 #include "layers_gpu.hpp"
 #include "loss_gpu.hpp"
-#include "model/layers.hpp"
+#include "layer_bench.hpp"
 #include "model/loss.hpp"
 #include "numerics/bits.hpp"
 #include "philox.cuh"
@@ -81,7 +81,7 @@ TEST(GpuLayers, DropoutDrawsAndMasksEqualTheCpuBitwise) {
 
   const std::vector<float> x = normal_values(want.size(), 1);
   std::vector<float> y(x.size());
-  dropout_apply(ro(x, rows, cols), ro(want, rows, cols), rw(y, rows, cols));
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = x[i] * want[i];  // the dropout style's product
   const auto d_x = to_device(x);
   gpu::DeviceBuffer<float> d_y(x.size());
   gpu::dropout_apply(d_x.data(), d_mask.data(), d_y.data(), x.size(), nullptr);
@@ -113,14 +113,24 @@ TEST(GpuLayers, LinearMatchesTheCpuInPedanticFp32) {
   const int rows = 37, in = 50, out = 23;  // odd sizes: no multiple of a tile
   const std::vector<float> x = normal_values(rows * in, 3), w = normal_values(out * in, 4, 0.1),
                            b = normal_values(out, 5), dy = normal_values(rows * out, 6);
-  std::vector<float> y(rows * out), dx(rows * in);
   std::vector<float> dw = normal_values(out * in, 7), db = normal_values(out, 8);  // backward accumulates
   const auto d_x = to_device(x), d_w = to_device(w), d_b = to_device(b), d_dy = to_device(dy);
   auto d_dw = to_device(dw), d_db = to_device(db);
-  gpu::DeviceBuffer<float> d_y(y.size()), d_dx(dx.size());
+  gpu::DeviceBuffer<float> d_y(rows * out), d_dx(rows * in);
 
-  linear_forward(ro(x, rows, in), ro(w, out, in), b, rw(y, rows, out));
-  linear_backward(ro(dy, rows, out), ro(x, rows, in), ro(w, out, in), rw(dw, out, in), db, rw(dx, rows, in));
+  test::LayerBench cpu({"linear", "fc", {{in}}, {{"out", out}}}, rows);
+  cpu.x[0] = x;
+  cpu.dy = dy;
+  std::copy(w.begin(), w.end(), cpu.params.begin());
+  std::copy(b.begin(), b.end(), cpu.params.begin() + out * in);
+  std::copy(dw.begin(), dw.end(), cpu.grads.begin());
+  std::copy(db.begin(), db.end(), cpu.grads.begin() + out * in);
+  cpu.forward();
+  cpu.backward(GradWrite::accumulate);
+  const std::vector<float>& y = cpu.y;
+  const std::vector<float>& dx = cpu.dx[0];
+  dw.assign(cpu.grads.begin(), cpu.grads.begin() + out * in);
+  db.assign(cpu.grads.begin() + out * in, cpu.grads.end());
   gpu::BlasHandle handle(nullptr);
   const gpu::Blas blas{handle.get(), nullptr, gpu::GemmMath::fp32_pedantic};
   gpu::linear_forward(blas, d_x.data(), d_w.data(), d_b.data(), rows, in, out, d_y.data());
@@ -137,12 +147,15 @@ TEST(GpuLayers, Tf32GemmDiffersFromFp32LikeTheEmulation) {
   const int rows = 128, in = 256, out = 128;
   const std::vector<float> x = normal_values(rows * in, 9), w = normal_values(out * in, 10, 0.06),
                            b(out, 0.0f);
-  std::vector<float> exact(rows * out), emulated(rows * out);
-  linear_forward(ro(x, rows, in), ro(w, out, in), b, rw(exact, rows, out));
-  std::vector<float> xr = x, wr = w;
-  round_to_format(xr, MatmulFormat::tf32);
-  round_to_format(wr, MatmulFormat::tf32);
-  linear_forward(ro(xr, rows, in), ro(wr, out, in), b, rw(emulated, rows, out));
+  test::LayerBench cpu({"linear", "fc", {{in}}, {{"out", out}}}, rows);
+  cpu.x[0] = x;
+  std::copy(w.begin(), w.end(), cpu.params.begin());
+  std::fill(cpu.params.begin() + out * in, cpu.params.end(), 0.0f);
+  cpu.forward();
+  const std::vector<float> exact = cpu.y;
+  cpu.format = MatmulFormat::tf32;  // the CPU's emulation: operands rounded to 10 mantissa bits
+  cpu.forward();
+  const std::vector<float> emulated = cpu.y;
 
   const auto d_x = to_device(x), d_w = to_device(w), d_b = to_device(b);
   gpu::DeviceBuffer<float> d_y(exact.size());
@@ -167,9 +180,13 @@ TEST(GpuLayers, ReluMatchesTheCpuBitwise) {
   DIVSIM_REQUIRE_GPU();
   const int rows = 9, cols = 31;
   const std::vector<float> x = normal_values(rows * cols, 11), dy = normal_values(rows * cols, 12);
-  std::vector<float> y(x.size()), dx(x.size());
-  relu_forward(ro(x, rows, cols), rw(y, rows, cols));
-  relu_backward(ro(dy, rows, cols), ro(y, rows, cols), rw(dx, rows, cols));
+  test::LayerBench cpu({"relu", "relu", {{cols}}, {}}, rows);
+  cpu.x[0] = x;
+  cpu.dy = dy;
+  cpu.forward();
+  cpu.backward(GradWrite::overwrite);
+  const std::vector<float>& y = cpu.y;
+  const std::vector<float>& dx = cpu.dx[0];
   const auto d_x = to_device(x), d_dy = to_device(dy);
   gpu::DeviceBuffer<float> d_y(x.size()), d_dx(x.size());
   gpu::relu_forward(d_x.data(), d_y.data(), x.size(), nullptr);
@@ -184,15 +201,24 @@ TEST(GpuLayers, BatchNormMatchesTheCpu) {
   const std::size_t n = cols;
   std::vector<float> x = normal_values(rows * cols, 13, 3.0);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += static_cast<float>(i % n);  // per-feature offsets
-  const std::vector<float> gamma = normal_values(n, 14), beta = normal_values(n, 15), dy = normal_values(x.size(), 16);
+  const std::vector<float> dy = normal_values(x.size(), 16);
+  // The CPU style in one chunk: its phase totals, saved (xhat, mean, invstd), output and gradients.
+  test::LayerBench cpu({"batchnorm1d", "bn", {{cols}}, {{"eps", 1e-5}}}, rows);
+  cpu.x[0] = x;
+  cpu.dy = dy;
+  const std::vector<float> gamma(cpu.params.begin(), cpu.params.begin() + cols), beta(cpu.params.begin() + cols, cpu.params.end());
+  const std::vector<float> dgamma0 = normal_values(n, 17), dbeta0 = normal_values(n, 18);  // backward accumulates
+  std::copy(dgamma0.begin(), dgamma0.end(), cpu.grads.begin());
+  std::copy(dbeta0.begin(), dbeta0.end(), cpu.grads.begin() + cols);
+  cpu.forward();
+  cpu.backward(GradWrite::accumulate);
   const auto d_x = to_device(x), d_gamma = to_device(gamma), d_beta = to_device(beta), d_dy = to_device(dy);
 
   // Statistics: sums bitwise, squared deviations to double precision.
-  std::vector<double> sum(n, 0.0), sqdev(n, 0.0);
-  bn_partial_sum(ro(x, rows, cols), sum);
+  const std::vector<double> sum(cpu.forward_totals.begin(), cpu.forward_totals.begin() + cols),
+      sqdev(cpu.forward_totals.begin() + cols, cpu.forward_totals.end());
   std::vector<double> mean(n);
   for (std::size_t c = 0; c < n; ++c) mean[c] = sum[c] / rows;
-  bn_partial_sqdev(ro(x, rows, cols), mean, sqdev);
   gpu::DeviceBuffer<double> d_sum(n), d_sqdev(n);
   const auto d_mean = to_device(mean);
   gpu::bn_partial_sum(d_x.data(), rows, cols, d_sum.data(), nullptr);
@@ -200,52 +226,39 @@ TEST(GpuLayers, BatchNormMatchesTheCpu) {
   expect_bitwise("bn sum", to_host(d_sum), sum);
   expect_close("bn sqdev", to_host(d_sqdev), sqdev, 1e-12);
 
-  std::vector<float> meanf(n), invstd(n);
-  for (std::size_t c = 0; c < n; ++c) {
-    meanf[c] = static_cast<float>(mean[c]);
-    invstd[c] = static_cast<float>(1.0 / std::sqrt(sqdev[c] / rows + 1e-5));
-  }
-  std::vector<float> xhat(x.size()), y(x.size());
-  bn_normalize(ro(x, rows, cols), meanf, invstd, gamma, beta, rw(xhat, rows, cols), rw(y, rows, cols));
+  const std::vector<float>& xhat = cpu.saved[0];
+  const std::vector<float>& meanf = cpu.saved[1];
+  const std::vector<float>& invstd = cpu.saved[2];
   const auto d_meanf = to_device(meanf), d_invstd = to_device(invstd);
   gpu::DeviceBuffer<float> d_xhat(x.size()), d_y(x.size());
   gpu::bn_normalize(d_x.data(), rows, cols, d_meanf.data(), d_invstd.data(), d_gamma.data(), d_beta.data(),
                     d_xhat.data(), d_y.data(), nullptr);
   expect_close("bn xhat", to_host(d_xhat), xhat, 1e-6);
-  expect_close("bn y", to_host(d_y), y, 1e-6);
+  expect_close("bn y", to_host(d_y), cpu.y, 1e-6);
 
   // Backward: the kernel takes the CPU's xhat, so its sums must be bitwise those of the CPU.
   const auto d_xhat_cpu = to_device(xhat);
-  std::vector<double> sum_dy(n, 0.0), sum_dy_xhat(n, 0.0);
-  bn_backward_sums(ro(dy, rows, cols), ro(xhat, rows, cols), sum_dy, sum_dy_xhat);
-  std::vector<float> dgamma = normal_values(n, 17), dbeta = normal_values(n, 18);
-  auto d_dgamma = to_device(dgamma), d_dbeta = to_device(dbeta);
-  for (std::size_t c = 0; c < n; ++c) {
-    dgamma[c] += static_cast<float>(sum_dy_xhat[c]);
-    dbeta[c] += static_cast<float>(sum_dy[c]);
-  }
+  auto d_dgamma = to_device(dgamma0), d_dbeta = to_device(dbeta0);
   gpu::DeviceBuffer<double> d_sums(2 * n);
   gpu::bn_backward_sums(d_dy.data(), d_xhat_cpu.data(), rows, cols, d_sums.data(), d_sums.data() + n,
                         d_dgamma.data(), d_dbeta.data(), nullptr);
-  std::vector<double> want_sums = sum_dy;
-  want_sums.insert(want_sums.end(), sum_dy_xhat.begin(), sum_dy_xhat.end());
-  expect_bitwise("bn [sum dy | sum dy*xhat]", to_host(d_sums), want_sums);
-  expect_bitwise("bn dgamma (accumulated)", to_host(d_dgamma), dgamma);
-  expect_bitwise("bn dbeta (accumulated)", to_host(d_dbeta), dbeta);
+  expect_bitwise("bn [sum dy | sum dy*xhat]", to_host(d_sums), cpu.backward_totals);
+  expect_bitwise("bn dgamma (accumulated)", to_host(d_dgamma),
+                 std::vector<float>(cpu.grads.begin(), cpu.grads.begin() + cols));
+  expect_bitwise("bn dbeta (accumulated)", to_host(d_dbeta), std::vector<float>(cpu.grads.begin() + cols, cpu.grads.end()));
 
-  std::vector<float> dx(x.size());
-  bn_backward_dx(ro(dy, rows, cols), ro(xhat, rows, cols), invstd, gamma, sum_dy, sum_dy_xhat, rows,
-                 rw(dx, rows, cols));
   gpu::DeviceBuffer<float> d_dx(x.size());
   gpu::bn_backward_dx(d_dy.data(), d_xhat_cpu.data(), rows, cols, d_invstd.data(), d_gamma.data(), d_sums.data(),
                       d_sums.data() + n, rows, d_dx.data(), nullptr);
-  expect_close("bn dx", to_host(d_dx), dx, 1e-6);
+  expect_close("bn dx", to_host(d_dx), cpu.dx[0], 1e-6);
 
   // Eval mode with running statistics.
   std::vector<float> running_mean = normal_values(n, 19), running_var(n);
   for (std::size_t c = 0; c < n; ++c) running_var[c] = 0.5f + static_cast<float>(c);
-  std::vector<float> y_eval(x.size());
-  bn_forward_eval(ro(x, rows, cols), running_mean, running_var, 1e-5, gamma, beta, rw(y_eval, rows, cols));
+  std::copy(running_mean.begin(), running_mean.end(), cpu.buffers.begin());
+  std::copy(running_var.begin(), running_var.end(), cpu.buffers.begin() + cols);
+  std::vector<float> y_eval;
+  cpu.forward_eval(y_eval);
   const auto d_rm = to_device(running_mean), d_rv = to_device(running_var);
   gpu::bn_forward_eval(d_x.data(), rows, cols, d_rm.data(), d_rv.data(), 1e-5, d_gamma.data(), d_beta.data(),
                        d_y.data(), nullptr);

@@ -25,15 +25,21 @@
 
 #include "comm/reducer.hpp"
 #include "data/dataset.hpp"
-#include "model/mlp.hpp"
+#include "model/model.hpp"
 #include "numerics/philox.hpp"
+#include "torch_peer.hpp"
 #include "train/step_engine.hpp"
 
 using namespace divsim;
 
+using divsim::test::exact;
+using divsim::test::hex_list;
+using divsim::test::run_python;
+
 namespace {
 
 constexpr std::uint64_t kSeed = 11;
+constexpr double kBnEps = ModelSection{}.bn_eps;
 
 ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double dropout) {
   ModelSection c;
@@ -84,7 +90,7 @@ EngineSettings settings_for(const RigSpec& s) {
   return es;
 }
 
-ReduceLayout layout_for(const Mlp& m, const RigSpec& s) {
+ReduceLayout layout_for(const Model& m, const RigSpec& s) {
   ReduceLayout rl;
   rl.world_size = s.world_size;
   rl.rank_count = s.ranks;
@@ -96,7 +102,7 @@ ReduceLayout layout_for(const Mlp& m, const RigSpec& s) {
 // A model, its engine and this process's replicas (identically initialised), as Run sets them up.
 struct Rig {
   Rig(const RigSpec& spec, const Dataset& data)
-      : model(spec.model, data.dim, data.classes),
+      : model(spec.model, {data.dim}, data.classes),
         reducer(make_reducer(spec.reduce, MPI_COMM_WORLD, layout_for(model, spec))),
         engine(model, data, *reducer, settings_for(spec)),
         replicas(static_cast<std::size_t>(spec.ranks)),
@@ -139,7 +145,7 @@ struct Rig {
     return {r.grads.data() + slot * model.num_params(), model.num_params()};
   }
 
-  Mlp model;
+  Model model;
   std::unique_ptr<Reducer> reducer;
   StepEngine engine;
   std::vector<Replica> replicas;
@@ -147,15 +153,45 @@ struct Rig {
   int accum;
 };
 
+// The test's own view of an mlp layer, in the first version's terms: the references below are written
+// against it, independently of how src/model runs the layers. In a chain layer l's output is activation
+// l + 1; a BatchNorm keeps (xhat, mean, invstd), a dropout its mask, as saved tensors.
+enum class Kind { linear, batchnorm, relu, dropout };
+struct MlpLayer {
+  Kind kind;
+  std::string name;
+  std::size_t in, out, weight = 0, bias = 0, running_mean = 0, running_var = 0, index;
+};
+std::vector<MlpLayer> mlp_layers(const Model& m) {
+  std::vector<MlpLayer> layers;
+  for (std::size_t l = 0; l < m.size(); ++l) {
+    const Layer& x = m.layer(l);
+    const Kind kind = x.style() == "linear" ? Kind::linear : x.style() == "batchnorm1d" ? Kind::batchnorm
+                      : x.style() == "relu" ? Kind::relu : Kind::dropout;
+    MlpLayer ml{kind, x.name(), static_cast<std::size_t>(x.in_features()), static_cast<std::size_t>(x.out_features()), 0, 0, 0,
+                0, l};
+    if (!x.params().empty()) {
+      ml.weight = x.param(0);
+      ml.bias = x.param(1);
+    }
+    if (!x.buffers().empty()) {
+      ml.running_mean = x.buffer(0);
+      ml.running_var = x.buffer(1);
+    }
+    layers.push_back(ml);
+  }
+  return layers;
+}
+
 // BatchNorm starts as the identity (weight 1, bias 0); move it away so its parameters matter.
-void perturb_batchnorm(const Mlp& m, Replica& r) {
+void perturb_batchnorm(const Model& m, Replica& r) {
   const KeyedStream s(5, Stream::synthetic, 99);
   std::uint64_t i = 0;
-  for (const Layer& l : m.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
-    for (std::int64_t c = 0; c < l.out; ++c) {
-      r.params[l.weight + static_cast<std::size_t>(c)] = static_cast<float>(1.0 + 0.3 * s.normal(i++));
-      r.params[l.bias + static_cast<std::size_t>(c)] = static_cast<float>(0.2 * s.normal(i++));
+  for (const MlpLayer& l : mlp_layers(m)) {
+    if (l.kind != Kind::batchnorm) continue;
+    for (std::size_t c = 0; c < l.out; ++c) {
+      r.params[l.weight + c] = static_cast<float>(1.0 + 0.3 * s.normal(i++));
+      r.params[l.bias + c] = static_cast<float>(0.2 * s.normal(i++));
     }
   }
 }
@@ -184,9 +220,9 @@ void expect_close(const std::string& what, std::span<const float> got, std::span
 // scales with the terms summed into it, not with its own value. That matters for the bias of a Linear
 // that feeds BatchNorm: its gradient is mathematically zero (BN removes the mean), so both sides hold
 // rounding noise. The scale of a tensor is therefore the largest |want| over its whole layer.
-void expect_gradients_close(const std::string& what, const Mlp& m, std::span<const float> got,
+void expect_gradients_close(const std::string& what, const Model& m, std::span<const float> got,
                             std::span<const double> want, double rel) {
-  std::vector<double> layer_scale(m.layers().size(), 0.0);
+  std::vector<double> layer_scale(m.size(), 0.0);
   for (const ParamTensor& t : m.tensors())
     for (std::size_t i = t.offset; i < t.offset + t.size; ++i)
       layer_scale[t.layer_index] = std::max(layer_scale[t.layer_index], std::abs(want[i]));
@@ -203,26 +239,26 @@ struct ReferencePass {
   std::map<std::size_t, std::vector<double>> mean, var;  // BN layer index -> batch mean, biased variance
 };
 
-ReferencePass reference_forward(const Mlp& m, std::span<const double> p, std::span<const float> buffers,
+ReferencePass reference_forward(const Model& m, std::span<const double> p, std::span<const float> buffers,
                                 std::span<const double> x, std::int64_t rows, bool train,
                                 const std::vector<std::vector<float>>& masks) {
   ReferencePass pass;
   std::vector<double> cur(x.begin(), x.end()), next;
-  for (const Layer& layer : m.layers()) {
-    const auto in = static_cast<std::size_t>(layer.in), out = static_cast<std::size_t>(layer.out);
+  for (const MlpLayer& layer : mlp_layers(m)) {
+    const std::size_t in = layer.in, out = layer.out;
     const auto n = static_cast<std::size_t>(rows);
     next.assign(n * out, 0.0);
     auto X = [&](std::size_t i, std::size_t k) { return cur[i * in + k]; };
     auto Y = [&](std::size_t i, std::size_t c) -> double& { return next[i * out + c]; };
     for (std::size_t c = 0; c < out; ++c) {
       switch (layer.kind) {
-        case LayerKind::linear:
+        case Kind::linear:
           for (std::size_t i = 0; i < n; ++i) {
             Y(i, c) = p[layer.bias + c];
             for (std::size_t k = 0; k < in; ++k) Y(i, c) += X(i, k) * p[layer.weight + c * in + k];
           }
           break;
-        case LayerKind::batchnorm: {
+        case Kind::batchnorm: {
           double mean = 0, var = 0;
           if (train) {
             for (std::size_t i = 0; i < n; ++i) mean += X(i, c);
@@ -236,13 +272,13 @@ ReferencePass reference_forward(const Mlp& m, std::span<const double> p, std::sp
             var = buffers[layer.running_var + c];
           }
           for (std::size_t i = 0; i < n; ++i)
-            Y(i, c) = p[layer.weight + c] * (X(i, c) - mean) / std::sqrt(var + m.bn_eps()) + p[layer.bias + c];
+            Y(i, c) = p[layer.weight + c] * (X(i, c) - mean) / std::sqrt(var + kBnEps) + p[layer.bias + c];
           break;
         }
-        case LayerKind::relu:
+        case Kind::relu:
           for (std::size_t i = 0; i < n; ++i) Y(i, c) = std::max(X(i, c), 0.0);
           break;
-        case LayerKind::dropout:
+        case Kind::dropout:
           for (std::size_t i = 0; i < n; ++i) Y(i, c) = X(i, c) * (train ? masks[layer.index][i * out + c] : 1.0);
           break;
       }
@@ -290,42 +326,6 @@ bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
 
 // --- PyTorch bridge: numbers travel as exact hex floats (printf %a <-> float.hex / float.fromhex). ---
 
-std::string exact(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "float.fromhex('%a')", v);
-  return buf;
-}
-
-std::string hex_list(std::span<const float> v) {
-  std::string out;
-  char buf[64];
-  for (const float x : v) {
-    std::snprintf(buf, sizeof buf, "%a ", static_cast<double>(x));
-    out += buf;
-  }
-  return out;
-}
-
-// Runs `script` with /usr/bin/python3; returns stdout+stderr lines keyed by their first word.
-std::map<std::string, std::vector<double>> run_python(const std::string& script, std::string& raw) {
-  const std::string cmd = "/usr/bin/python3 - 2>&1 <<'DIVSIM_PY'\n" + script + "\nDIVSIM_PY\n";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot start /usr/bin/python3");
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) raw += buf;
-  std::map<std::string, std::vector<double>> out;
-  std::istringstream lines(raw);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream in(line);
-    std::string key, tok;
-    in >> key;
-    auto& values = out[key];
-    while (in >> tok) values.push_back(std::strtod(tok.c_str(), nullptr));  // strtod reads float.hex()
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST(StepEngineGrad, WholeNetworkMatchesFiniteDifferences) {
@@ -341,9 +341,9 @@ TEST(StepEngineGrad, WholeNetworkMatchesFiniteDifferences) {
   const auto samples = range(3, 8);
   rig.run_step(4, {samples});
 
-  std::vector<std::vector<float>> masks(rig.model.layers().size());
-  for (const Layer& l : rig.model.layers())
-    if (l.kind == LayerKind::dropout) masks[l.index] = r.aux[l.index];
+  std::vector<std::vector<float>> masks(rig.model.size());
+  for (const MlpLayer& l : mlp_layers(rig.model))
+    if (l.kind == Kind::dropout) masks[l.index] = r.saved[l.index][0];
   std::vector<float> fresh_buffers(rig.model.num_buffers());
   rig.model.init_buffers(fresh_buffers);
   const auto x = inputs_of(data, samples);
@@ -370,12 +370,12 @@ TEST(StepEngineGrad, WholeNetworkMatchesFiniteDifferences) {
   expect_gradients_close("fd", rig.model, rig.grad(r), fd, 1e-5);
 
   // Running statistics: (1 - m) * initial + m * batch, with the unbiased variance (PyTorch).
-  const double m = rig.model.bn_momentum();
+  const double m = spec.model.bn_momentum;
   const ReferencePass pass = reference_forward(rig.model, p, fresh_buffers, x, 8, true, masks);
-  for (const Layer& l : rig.model.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
+  for (const MlpLayer& l : mlp_layers(rig.model)) {
+    if (l.kind != Kind::batchnorm) continue;
     std::vector<double> want_mean, want_var;
-    for (std::size_t c = 0; c < static_cast<std::size_t>(l.out); ++c) {
+    for (std::size_t c = 0; c < l.out; ++c) {
       want_mean.push_back(m * pass.mean.at(l.index)[c]);
       want_var.push_back((1 - m) + m * pass.var.at(l.index)[c] * 8.0 / 7.0);
     }
@@ -397,27 +397,27 @@ TEST(StepEngineDropout, MaskIsInvertedAndKeyedBySampleStepAndLayer) {
   std::reverse(backward.begin(), backward.end());
   rig.run_step(9, {forward, backward});
   const std::size_t drop1 = 2, drop2 = 5;  // fc1 relu1 drop1 fc2 relu2 drop2 fc3
-  ASSERT_EQ(rig.model.layers()[drop1].name, "drop1");
-  ASSERT_EQ(rig.model.layers()[drop2].name, "drop2");
+  ASSERT_EQ(rig.model.layer(drop1).name(), "drop1");
+  ASSERT_EQ(rig.model.layer(drop2).name(), "drop2");
 
   const float scale = 1.0f / 0.75f;
   const Replica &r0 = rig.replicas[0], &r1 = rig.replicas[1];
   for (const std::size_t l : {drop1, drop2}) {
-    const std::vector<float>& mask = r0.aux[l];
+    const std::vector<float>& mask = r0.saved[l][0];
     int dropped = 0;
     for (std::size_t i = 0; i < mask.size(); ++i) {
       ASSERT_TRUE(mask[i] == 0.0f || mask[i] == scale) << "mask value " << mask[i];
       dropped += mask[i] == 0.0f;
-      // y = x * mask: exact zeros, the rest x / (1 - p) rounded once (out[l - 1] is the ReLU output).
-      ASSERT_EQ(r0.out[l][i], r0.out[l - 1][i] * mask[i]);
+      // y = x * mask: exact zeros, the rest x / (1 - p) rounded once (act[l] is the ReLU output).
+      ASSERT_EQ(r0.act[l + 1][i], r0.act[l][i] * mask[i]);
     }
     // 1024 draws with p = 0.25: 256 expected, standard deviation 13.9; allow 5 sigma.
-    EXPECT_NEAR(dropped, 256, 70) << rig.model.layers()[l].name;
+    EXPECT_NEAR(dropped, 256, 70) << rig.model.layer(l).name();
     // Keyed by the sample, not by the rank or the row: rank 1's row i is rank 0's row 63 - i.
     for (std::size_t i = 0; i < 64; ++i)
-      ASSERT_TRUE(std::equal(r1.aux[l].begin() + static_cast<std::ptrdiff_t>(i * 16),
-                             r1.aux[l].begin() + static_cast<std::ptrdiff_t>(i * 16 + 16),
-                             r0.aux[l].begin() + static_cast<std::ptrdiff_t>((63 - i) * 16)))
+      ASSERT_TRUE(std::equal(r1.saved[l][0].begin() + static_cast<std::ptrdiff_t>(i * 16),
+                             r1.saved[l][0].begin() + static_cast<std::ptrdiff_t>(i * 16 + 16),
+                             r0.saved[l][0].begin() + static_cast<std::ptrdiff_t>((63 - i) * 16)))
           << "row " << i;
   }
   // Different layers, steps and dropout seeds draw different masks (equal entries by chance: 5/8).
@@ -426,12 +426,12 @@ TEST(StepEngineDropout, MaskIsInvertedAndKeyedBySampleStepAndLayer) {
     for (std::size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
     return static_cast<double>(same) / static_cast<double>(a.size());
   };
-  EXPECT_LT(agreement(r0.aux[drop1], r0.aux[drop2]), 0.75) << "another layer";
-  const std::vector<float> step9 = r0.aux[drop1];
+  EXPECT_LT(agreement(r0.saved[drop1][0], r0.saved[drop2][0]), 0.75) << "another layer";
+  const std::vector<float> step9 = r0.saved[drop1][0];
   rig.replicas[1].knobs.dropout_seed = kSeed + 1;  // as an unsynchronised dropout seed would
   rig.run_step(10, {forward, forward});
-  EXPECT_LT(agreement(step9, r0.aux[drop1]), 0.75) << "another step";
-  EXPECT_LT(agreement(r0.aux[drop1], r1.aux[drop1]), 0.75) << "another dropout seed";
+  EXPECT_LT(agreement(step9, r0.saved[drop1][0]), 0.75) << "another step";
+  EXPECT_LT(agreement(r0.saved[drop1][0], r1.saved[drop1][0]), 0.75) << "another dropout seed";
 }
 
 TEST(StepEngineDeterministic, ChunkSlotsSumToTheMpiGradient) {
@@ -491,13 +491,13 @@ TEST(StepEngineSyncBn, TwoLogicalRanksEqualOneRankHoldingBothBatches) {
   r1.run_step(0, {range(0, 8)});
   const Replica& whole = r1.replicas[0];
 
-  for (const Layer& l : r1.model.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
+  for (const MlpLayer& l : mlp_layers(r1.model)) {
+    if (l.kind != Kind::batchnorm) continue;
     for (const Replica& r : r2.replicas) {
-      EXPECT_TRUE(bitwise_equal(r.bn_mean[l.index], whole.bn_mean[l.index])) << l.name << " rank " << r.rank;
-      EXPECT_TRUE(bitwise_equal(r.bn_invstd[l.index], whole.bn_invstd[l.index])) << l.name << " rank " << r.rank;
+      EXPECT_TRUE(bitwise_equal(r.saved[l.index][1], whole.saved[l.index][1])) << l.name << " rank " << r.rank;
+      EXPECT_TRUE(bitwise_equal(r.saved[l.index][2], whole.saved[l.index][2])) << l.name << " rank " << r.rank;
     }
-    EXPECT_FALSE(bitwise_equal(rl.replicas[0].bn_mean[l.index], whole.bn_mean[l.index])) << "control " << l.name;
+    EXPECT_FALSE(bitwise_equal(rl.replicas[0].saved[l.index][1], whole.saved[l.index][1])) << "control " << l.name;
   }
   for (const Replica& r : r2.replicas) EXPECT_TRUE(bitwise_equal(r.buffers, whole.buffers)) << "rank " << r.rank;
   const std::size_t np = r1.model.num_params();
@@ -557,7 +557,7 @@ TEST(StepEnginePrecision, MatmulRoundingMovesResultsByTheFormatsRoundoff) {
   std::vector<Change> change;
   for (const std::size_t k : {1, 2}) {
     const Replica& r = rig.replicas[k];
-    change.push_back({std::abs(r.loss_sum - ref.loss_sum) / ref.loss_sum, max_rel(r.out.back(), ref.out.back()),
+    change.push_back({std::abs(r.loss_sum - ref.loss_sum) / ref.loss_sum, max_rel(r.act.back(), ref.act.back()),
                       max_rel(rig.grad(r).subspan(last), rig.grad(ref).subspan(last)),
                       max_rel(rig.grad(r), rig.grad(ref))});
     const Change& c = change.back();
@@ -585,9 +585,9 @@ TEST(StepEngineEval, UsesRunningStatisticsAndNoDropoutInFixedBatches) {
   Replica& r = rig.replicas[0];
   perturb_batchnorm(rig.model, r);
   const KeyedStream s(5, Stream::synthetic, 98);
-  for (const Layer& l : rig.model.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
-    for (std::size_t c = 0; c < static_cast<std::size_t>(l.out); ++c) {
+  for (const MlpLayer& l : mlp_layers(rig.model)) {
+    if (l.kind != Kind::batchnorm) continue;
+    for (std::size_t c = 0; c < l.out; ++c) {
       r.buffers[l.running_mean + c] = static_cast<float>(0.5 * s.normal(2 * c));
       r.buffers[l.running_var + c] = static_cast<float>(0.2 + std::abs(s.normal(2 * c + 1)));
     }
@@ -646,12 +646,12 @@ TEST(StepEngineTorch, OneStepMatchesPyTorch) {
       "h = lambda s: [float.fromhex(v) for v in s.split()]\n"
       "out = lambda key, t: print(key, ' '.join(float(v).hex() for v in t.flatten().tolist()))\n"
       "mods = OrderedDict()\n";
-  for (const Layer& l : rig.model.layers()) {
+  for (const MlpLayer& l : mlp_layers(rig.model)) {
     const std::string in = std::to_string(l.in), o = std::to_string(l.out);
     script += "mods['" + l.name + "'] = " +
-              (l.kind == LayerKind::linear      ? "torch.nn.Linear(" + in + ", " + o + ")"
-               : l.kind == LayerKind::batchnorm ? "torch.nn.BatchNorm1d(" + o + ", eps=" + exact(rig.model.bn_eps()) +
-                                                      ", momentum=" + exact(rig.model.bn_momentum()) + ")"
+              (l.kind == Kind::linear      ? "torch.nn.Linear(" + in + ", " + o + ")"
+               : l.kind == Kind::batchnorm ? "torch.nn.BatchNorm1d(" + o + ", eps=" + exact(kBnEps) +
+                                                      ", momentum=" + exact(ModelSection{}.bn_momentum) + ")"
                                                 : std::string("torch.nn.ReLU()")) +
               "\n";
   }
@@ -695,9 +695,9 @@ TEST(StepEngineTorch, OneStepMatchesPyTorch) {
     torch_grad.insert(torch_grad.end(), torch.at(name).begin(), torch.at(name).end());
   }
   expect_gradients_close("torch", rig.model, rig.grad(r), torch_grad, 1e-5);
-  for (const Layer& l : rig.model.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
-    const auto n = static_cast<std::size_t>(l.out);
+  for (const MlpLayer& l : mlp_layers(rig.model)) {
+    if (l.kind != Kind::batchnorm) continue;
+    const std::size_t n = l.out;
     expect_close("torch " + l.name + ".running_mean", std::span<const float>(r.buffers.data() + l.running_mean, n),
                  torch.at(l.name + ".running_mean"), 1e-5);
     expect_close("torch " + l.name + ".running_var", std::span<const float>(r.buffers.data() + l.running_var, n),

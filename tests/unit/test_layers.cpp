@@ -1,7 +1,8 @@
-// Unit tests of src/model: every layer's and loss's (label-smoothed cross-entropy, ASL) backward against
-// central finite differences of an independent double-precision forward, the losses against closed
-// forms, and the Mlp's parameter layout and initialisation. Each gradient check prints the largest error
-// it saw ("max abs err ... OK").
+// Unit tests of src/model outside the layer styles (those are in layers/, against torch): the GEMM
+// backend and its probes, activation statistics, the losses' (label-smoothed cross-entropy, ASL) backward
+// against central finite differences of an independent double-precision forward and against closed
+// forms, and the mlp model's parameter layout and initialisation. Each gradient check prints the largest
+// error it saw ("max abs err ... OK").
 //
 // Method: a layer's float outputs y are scored as L = sum(G * y) with a fixed random G, so dL/dy = G is
 // what the backward receives. The reference derivative is the central difference (h = 1e-6) of L computed
@@ -27,9 +28,10 @@
 #include <vector>
 
 #include "model/gemm_backend.hpp"
-#include "model/layers.hpp"
+#include "model/activation_stats.hpp"
 #include "model/loss.hpp"
-#include "model/mlp.hpp"
+#include "model/layer.hpp"
+#include "model/model.hpp"
 #include "numerics/philox.hpp"
 
 using namespace divsim;
@@ -80,12 +82,6 @@ void expect_close(const std::string& what, std::span<const float> got, std::span
   EXPECT_GT(scale, 0.0) << what << ": an all-zero reference checks nothing";
 }
 
-double weighted_sum(std::span<const double> g, std::span<const double> y) {
-  double s = 0;
-  for (std::size_t i = 0; i < y.size(); ++i) s += g[i] * y[i];
-  return s;
-}
-
 ConstMatView cview(const std::vector<float>& v, Eigen::Index rows, Eigen::Index cols) {
   return ConstMatView(v.data(), rows, cols);
 }
@@ -107,8 +103,59 @@ double reference_row_loss(std::span<const double> logits, int label, double eps)
   return loss;
 }
 
+// The linear style's parameter gradients [weight | bias] for dy (k rows) and x, written onto `grads`
+// (empty: a fresh buffer) as `write` says.
+std::vector<float> linear_param_grads(Eigen::Index k, Eigen::Index out, Eigen::Index in, const std::vector<float>& dy,
+                                      const std::vector<float>& x, std::vector<float> grads, GradWrite write) {
+  const auto layer = make_layer({"linear", "fc", {{in}}, {{"out", static_cast<double>(out)}}});
+  layer->place(0, {0, static_cast<std::size_t>(out * in)}, {});
+  grads.resize(static_cast<std::size_t>(out * in + out));
+  const OperandRounding fp32(MatmulFormat::fp32, {});
+  Pass p;
+  p.rows = k;
+  p.x[0] = x.data();
+  p.dy = dy.data();
+  p.grads = grads.data();
+  p.write = write;
+  p.round = &fp32;
+  layer->backward_params(p);
+  return grads;
+}
+
+// The linear style with weights w and a zero bias, run over `rows` rows.
+struct LinearStyle {
+  LinearStyle(Eigen::Index in, Eigen::Index out, const std::vector<float>& w)
+      : layer(make_layer({"linear", "fc", {{in}}, {{"out", static_cast<double>(out)}}})), params(w) {
+    params.resize(static_cast<std::size_t>(out * in + out), 0.0f);
+    layer->place(0, {0, static_cast<std::size_t>(out * in)}, {});
+  }
+  Pass pass(Eigen::Index rows) const {
+    Pass p;
+    p.rows = rows;
+    p.params = params.data();
+    p.round = &fp32;
+    return p;
+  }
+  void forward(Eigen::Index rows, const float* x, float* y) const {
+    Pass p = pass(rows);
+    p.x[0] = x;
+    p.y = y;
+    layer->forward(p);
+  }
+  void input_grad(Eigen::Index rows, const float* dy, float* dx) const {
+    Pass p = pass(rows);
+    p.dy = dy;
+    p.dx[0] = dx;
+    layer->backward_input(p);
+  }
+  std::unique_ptr<Layer> layer;
+  std::vector<float> params;
+  OperandRounding fp32{MatmulFormat::fp32, {}};
+};
+
 ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double dropout) {
   ModelSection c;
+  c.type = "mlp";
   c.hidden = std::move(hidden);
   c.batchnorm = batchnorm;
   c.dropout = dropout;
@@ -116,56 +163,6 @@ ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double 
 }
 
 }  // namespace
-
-TEST(LayerGrad, LinearMatchesFiniteDifferencesAndAccumulates) {
-  const Eigen::Index B = 5, IN = 4, OUT = 3;
-  const auto x = normal_values(B * IN, 1), w = normal_values(OUT * IN, 2, 0.5), b = normal_values(OUT, 3);
-  const auto G = to_double(normal_values(B * OUT, 4));
-  std::vector<float> y(B * OUT);
-  linear_forward(cview(x, B, IN), cview(w, OUT, IN), b, view(y, B, OUT));
-
-  std::vector<double> xd = to_double(x), wd = to_double(w), bd = to_double(b);
-  auto ref_forward = [&] {
-    std::vector<double> out(B * OUT);
-    for (Eigen::Index i = 0; i < B; ++i)
-      for (Eigen::Index o = 0; o < OUT; ++o) {
-        double s = bd[o];
-        for (Eigen::Index k = 0; k < IN; ++k) s += xd[i * IN + k] * wd[o * IN + k];
-        out[i * OUT + o] = s;
-      }
-    return out;
-  };
-  expect_close("linear y", y, ref_forward());
-  auto loss = [&] { return weighted_sum(G, ref_forward()); };
-  const auto want_dx = fd_gradient(xd, loss), want_dw = fd_gradient(wd, loss), want_db = fd_gradient(bd, loss);
-
-  // Parameter gradients accumulate onto what is there; dx is overwritten (NaN would survive otherwise).
-  const float pre = 0.25f;
-  std::vector<float> Gf(G.begin(), G.end()), dw(OUT * IN, pre), db(OUT, pre);
-  std::vector<float> dx(B * IN, std::numeric_limits<float>::quiet_NaN());
-  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw, OUT, IN), db, view(dx, B, IN));
-  for (float& v : dw) v -= pre;
-  for (float& v : db) v -= pre;
-  expect_close("linear dx", dx, want_dx);
-  expect_close("linear dw (accumulated)", dw, want_dw);
-  expect_close("linear db (accumulated)", db, want_db);
-
-  // GradWrite::overwrite: what was in dw and db is replaced, bit for bit what accumulating onto zeros gives.
-  std::vector<float> dw0(OUT * IN, 0.0f), db0(OUT, 0.0f), dx0(B * IN);
-  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw0, OUT, IN), db0, view(dx0, B, IN));
-  std::vector<float> dw1(OUT * IN, std::numeric_limits<float>::quiet_NaN()), db1(OUT, 7.0f), dx1(B * IN);
-  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw1, OUT, IN), db1, view(dx1, B, IN),
-                  GradWrite::overwrite);
-  EXPECT_EQ(dw1, dw0);
-  EXPECT_EQ(db1, db0);
-  EXPECT_EQ(dx1, dx0);
-
-  // No dx rows: the input gradient is skipped, the parameter gradients are not.
-  std::vector<float> dw2(OUT * IN, 0.0f), db2(OUT, 0.0f);
-  linear_backward(cview(Gf, B, OUT), cview(x, B, IN), cview(w, OUT, IN), view(dw2, OUT, IN), db2,
-                  MatView(nullptr, 0, IN));
-  expect_close("linear dw (no dx)", dw2, want_dw);
-}
 
 // The `env` attribute's gemm= names the kernel that computed the matrix products, so that runs compared
 // bit for bit can be told apart: the products' bits must be those of the kernel it names, computed here
@@ -217,16 +214,17 @@ TEST(GemmBackend, AccumulateProbeTellsWhetherAccumulatingAddsTheRoundedProduct) 
                          Shape{64, 1024, 1024}, Shape{4096, 16, 24}}) {
     const bool probe = accumulate_adds_rounded_product(s.k, s.out, s.in);
     said_no += probe ? 0 : 1;
-    const auto dy = normal_values(s.k * s.out, 51), x = normal_values(s.k * s.in, 52), w = normal_values(s.out * s.in, 53);
+    const auto dy = normal_values(s.k * s.out, 51), x = normal_values(s.k * s.in, 52);
     const auto before_w = normal_values(s.out * s.in, 54), before_b = normal_values(s.out, 55);
-    std::vector<float> alone_w(s.out * s.in), alone_b(s.out), onto_w = before_w, onto_b = before_b;
-    linear_backward(cview(dy, s.k, s.out), cview(x, s.k, s.in), cview(w, s.out, s.in), view(alone_w, s.out, s.in), alone_b,
-                    MatView(nullptr, 0, s.in), GradWrite::overwrite);
-    linear_backward(cview(dy, s.k, s.out), cview(x, s.k, s.in), cview(w, s.out, s.in), view(onto_w, s.out, s.in), onto_b,
-                    MatView(nullptr, 0, s.in), GradWrite::accumulate);
-    std::vector<float> sum_w(alone_w.size()), sum_b(alone_b.size());
-    for (std::size_t i = 0; i < sum_w.size(); ++i) sum_w[i] = before_w[i] + alone_w[i];
-    for (std::size_t i = 0; i < sum_b.size(); ++i) sum_b[i] = before_b[i] + alone_b[i];
+    const std::vector<float> alone = linear_param_grads(s.k, s.out, s.in, dy, x, {}, GradWrite::overwrite);
+    std::vector<float> before = before_w;
+    before.insert(before.end(), before_b.begin(), before_b.end());
+    const std::vector<float> onto = linear_param_grads(s.k, s.out, s.in, dy, x, before, GradWrite::accumulate);
+    const auto nw = static_cast<std::ptrdiff_t>(s.out * s.in);
+    const std::vector<float> onto_w(onto.begin(), onto.begin() + nw), onto_b(onto.begin() + nw, onto.end());
+    std::vector<float> sum_w(before_w.size()), sum_b(before_b.size());
+    for (std::size_t i = 0; i < sum_w.size(); ++i) sum_w[i] = before_w[i] + alone[i];
+    for (std::size_t i = 0; i < sum_b.size(); ++i) sum_b[i] = before_b[i] + alone[sum_w.size() + i];
     EXPECT_EQ(onto_b, sum_b) << "K=" << s.k;
     if (probe)
       EXPECT_EQ(onto_w, sum_w) << "K=" << s.k << " " << s.out << "x" << s.in << ": the probe said yes";
@@ -250,15 +248,13 @@ TEST(GemmBackend, RowCountProbeTellsWhetherRowsKeepTheirChunksBits) {
                          Shape{96, 32, 1024, 1024}, Shape{240, 10, 784, 256}}) {
     const bool probe = rows_do_not_depend_on_row_count(s.rows, s.chunk, s.in, s.out);
     const auto x = normal_values(s.rows * s.in, 61), w = normal_values(s.out * s.in, 62), dy = normal_values(s.rows * s.out, 63);
-    const std::vector<float> b(static_cast<std::size_t>(s.out), 0.0f);
+    const LinearStyle fc(s.in, s.out, w);
     std::vector<float> y(s.rows * s.out), dx(s.rows * s.in), y_parts(y.size()), dx_parts(dx.size());
-    linear_forward(cview(x, s.rows, s.in), cview(w, s.out, s.in), b, view(y, s.rows, s.out));
-    linear_input_grad(cview(dy, s.rows, s.out), cview(w, s.out, s.in), view(dx, s.rows, s.in));
+    fc.forward(s.rows, x.data(), y.data());
+    fc.input_grad(s.rows, dy.data(), dx.data());
     for (Eigen::Index r = 0; r < s.rows; r += s.chunk) {
-      linear_forward(ConstMatView(x.data() + r * s.in, s.chunk, s.in), cview(w, s.out, s.in), b,
-                     MatView(y_parts.data() + r * s.out, s.chunk, s.out));
-      linear_input_grad(ConstMatView(dy.data() + r * s.out, s.chunk, s.out), cview(w, s.out, s.in),
-                        MatView(dx_parts.data() + r * s.in, s.chunk, s.in));
+      fc.forward(s.chunk, x.data() + r * s.in, y_parts.data() + r * s.out);
+      fc.input_grad(s.chunk, dy.data() + r * s.out, dx_parts.data() + r * s.in);
     }
     const bool same = y == y_parts && dx == dx_parts;
     EXPECT_EQ(probe, same) << s.rows << " rows in chunks of " << s.chunk << ", " << s.in << " -> " << s.out;
@@ -266,131 +262,6 @@ TEST(GemmBackend, RowCountProbeTellsWhetherRowsKeepTheirChunksBits) {
                 static_cast<long>(s.rows), static_cast<long>(s.chunk), static_cast<long>(s.in), static_cast<long>(s.out),
                 probe ? "yes" : "no");
   }
-}
-
-TEST(LayerGrad, ReluMatchesFiniteDifferencesAndWorksInPlace) {
-  const Eigen::Index B = 6, C = 5;
-  auto x = normal_values(B * C, 5);
-  for (float& v : x) v += std::copysign(0.1f, v);  // keep every input away from the kink at 0
-  const auto G = to_double(normal_values(B * C, 6));
-  std::vector<float> y(B * C);
-  relu_forward(cview(x, B, C), view(y, B, C));
-  std::vector<float> in_place = x;
-  relu_forward(cview(in_place, B, C), view(in_place, B, C));
-  EXPECT_EQ(in_place, y);
-
-  std::vector<double> xd = to_double(x);
-  auto ref_forward = [&] {
-    std::vector<double> out(xd.size());
-    for (std::size_t i = 0; i < xd.size(); ++i) out[i] = std::max(xd[i], 0.0);
-    return out;
-  };
-  expect_close("relu y", y, ref_forward());
-  const auto want_dx = fd_gradient(xd, [&] { return weighted_sum(G, ref_forward()); });
-  std::vector<float> Gf(G.begin(), G.end()), dx(B * C);
-  relu_backward(cview(Gf, B, C), cview(y, B, C), view(dx, B, C));
-  expect_close("relu dx", dx, want_dx);
-}
-
-TEST(LayerGrad, DropoutIsInvertedScalingAndExactZeros) {
-  const Eigen::Index B = 4, C = 6;
-  const double p = 0.25;
-  const float scale = 1.0f / static_cast<float>(1.0 - p);
-  std::vector<float> mask(B * C);
-  for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = i % 4 == 1 ? 0.0f : scale;  // p = 1/4 dropped
-  const auto x = normal_values(B * C, 7);
-  const auto G = to_double(normal_values(B * C, 8));
-  std::vector<float> y(B * C);
-  dropout_apply(cview(x, B, C), cview(mask, B, C), view(y, B, C));
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    if (mask[i] == 0.0f)
-      EXPECT_EQ(y[i], 0.0f) << i;
-    else
-      EXPECT_EQ(y[i], x[i] * scale) << i;  // exactly x / (1 - p), rounded once
-  }
-  std::vector<double> xd = to_double(x);
-  auto ref_forward = [&] {
-    std::vector<double> out(xd.size());
-    for (std::size_t i = 0; i < xd.size(); ++i) out[i] = mask[i] == 0.0f ? 0.0 : xd[i] / (1.0 - p);
-    return out;
-  };
-  const auto want_dx = fd_gradient(xd, [&] { return weighted_sum(G, ref_forward()); });
-  // The engine's dropout backward is the same product, applied to dy.
-  std::vector<float> Gf(G.begin(), G.end()), dx(B * C);
-  dropout_apply(cview(Gf, B, C), cview(mask, B, C), view(dx, B, C));
-  expect_close("dropout dx", dx, want_dx);
-}
-
-// BatchNorm1d training mode, composed as StepEngine::batchnorm_forward/backward compose the phases:
-// partial sums per chunk, mean, partial squared deviations per chunk, biased variance, normalise;
-// backward sums per chunk (= dbeta, dgamma), then dx with the totals over all N rows.
-TEST(LayerGrad, BatchNormTrainingPhasesMatchFiniteDifferences) {
-  const Eigen::Index N = 8, C = 4, chunk = 4;
-  const double eps = 1e-5;
-  auto x = normal_values(N * C, 9, 2.0);
-  for (Eigen::Index i = 0; i < N; ++i)
-    for (Eigen::Index c = 0; c < C; ++c) x[i * C + c] += 3.0f * static_cast<float>(c) - 4.0f;  // nonzero means
-  auto gamma = normal_values(C, 10, 0.3), beta = normal_values(C, 11, 0.5);
-  for (float& g : gamma) g += 1.0f;
-  const auto G = to_double(normal_values(N * C, 12));
-
-  auto chunk_of = [&](const std::vector<float>& m, Eigen::Index k) {
-    return ConstMatView(m.data() + k * chunk * C, chunk, C);
-  };
-  std::vector<double> sum(C, 0.0), sqdev(C, 0.0), mean(C);
-  for (Eigen::Index k = 0; k < N / chunk; ++k) bn_partial_sum(chunk_of(x, k), sum);
-  for (Eigen::Index c = 0; c < C; ++c) mean[c] = sum[c] / N;
-  for (Eigen::Index k = 0; k < N / chunk; ++k) bn_partial_sqdev(chunk_of(x, k), mean, sqdev);
-  std::vector<float> mean_f(C), invstd_f(C), xhat(N * C), y(N * C);
-  for (Eigen::Index c = 0; c < C; ++c) {
-    mean_f[c] = static_cast<float>(mean[c]);
-    invstd_f[c] = static_cast<float>(1.0 / std::sqrt(sqdev[c] / N + eps));
-  }
-  bn_normalize(cview(x, N, C), mean_f, invstd_f, gamma, beta, view(xhat, N, C), view(y, N, C));
-
-  std::vector<double> xd = to_double(x), gd = to_double(gamma), bd = to_double(beta);
-  auto ref_forward = [&] {
-    std::vector<double> out(N * C);
-    for (Eigen::Index c = 0; c < C; ++c) {
-      double m = 0, v = 0;
-      for (Eigen::Index i = 0; i < N; ++i) m += xd[i * C + c];
-      m /= N;
-      for (Eigen::Index i = 0; i < N; ++i) v += (xd[i * C + c] - m) * (xd[i * C + c] - m);
-      v /= N;  // biased, as PyTorch normalises in training mode
-      for (Eigen::Index i = 0; i < N; ++i) out[i * C + c] = gd[c] * (xd[i * C + c] - m) / std::sqrt(v + eps) + bd[c];
-    }
-    return out;
-  };
-  expect_close("batchnorm y", y, ref_forward());
-  auto loss = [&] { return weighted_sum(G, ref_forward()); };
-  const auto want_dx = fd_gradient(xd, loss), want_dgamma = fd_gradient(gd, loss), want_dbeta = fd_gradient(bd, loss);
-
-  std::vector<float> Gf(G.begin(), G.end()), dx(N * C);
-  std::vector<double> sum_dy(C, 0.0), sum_dy_xhat(C, 0.0);
-  for (Eigen::Index k = 0; k < N / chunk; ++k)
-    bn_backward_sums(chunk_of(Gf, k), chunk_of(xhat, k), sum_dy, sum_dy_xhat);
-  bn_backward_dx(cview(Gf, N, C), cview(xhat, N, C), invstd_f, gamma, sum_dy, sum_dy_xhat, static_cast<double>(N),
-                 view(dx, N, C));
-  expect_close("batchnorm dx", dx, want_dx);
-  expect_close("batchnorm dgamma (sum dy*xhat)", std::vector<float>(sum_dy_xhat.begin(), sum_dy_xhat.end()),
-               want_dgamma);
-  expect_close("batchnorm dbeta (sum dy)", std::vector<float>(sum_dy.begin(), sum_dy.end()), want_dbeta);
-}
-
-TEST(LayerForward, BatchNormEvalUsesRunningStatistics) {
-  const Eigen::Index N = 3, C = 4;
-  const double eps = 1e-3;
-  const auto x = normal_values(N * C, 13), rm = normal_values(C, 14), gamma = normal_values(C, 16),
-             beta = normal_values(C, 17);
-  std::vector<float> rv = normal_values(C, 15);
-  for (float& v : rv) v = v * v + 0.1f;
-  std::vector<float> y(N * C);
-  bn_forward_eval(cview(x, N, C), rm, rv, eps, gamma, beta, view(y, N, C));
-  std::vector<double> want(N * C);
-  for (Eigen::Index i = 0; i < N; ++i)
-    for (Eigen::Index c = 0; c < C; ++c)
-      want[i * C + c] = (static_cast<double>(x[i * C + c]) - rm[c]) / std::sqrt(rv[c] + eps) * gamma[c] + beta[c];
-  expect_close("batchnorm eval y", y, want);
 }
 
 TEST(LayerForward, ActivationStatsMatchDirectSums) {
@@ -526,13 +397,16 @@ TEST(LossGrad, AsymmetricLossMatchesFiniteDifferences) {
   EXPECT_EQ(d, d_ce);
 }
 
-TEST(MlpLayout, PyTorchSequentialNamesShapesAndOffsets) {
-  const Mlp m(model_cfg({7, 5}, true, 0.1), 12, 3);
+TEST(ModelMlp, PyTorchSequentialNamesShapesAndOffsets) {
+  const Model m(model_cfg({7, 5}, true, 0.1), {12}, 3);
   std::vector<std::string> layer_names;
-  for (const Layer& l : m.layers()) layer_names.push_back(l.name);
+  for (const Node& n : m.nodes()) layer_names.push_back(n.layer->name());
   EXPECT_EQ(layer_names,
             (std::vector<std::string>{"fc1", "bn1", "relu1", "drop1", "fc2", "bn2", "relu2", "drop2", "fc3"}));
-  for (std::size_t i = 0; i < m.layers().size(); ++i) EXPECT_EQ(m.layers()[i].index, i);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m.layer(i).index(), i);  // keys dropout masks: must stay the first version's positions
+    EXPECT_EQ(m.nodes()[i].inputs, std::vector<int>{static_cast<int>(i)}) << "a chain";
+  }
 
   struct Want {
     const char* name;
@@ -556,34 +430,39 @@ TEST(MlpLayout, PyTorchSequentialNamesShapesAndOffsets) {
   }
   EXPECT_EQ(m.num_params(), offset);
   EXPECT_EQ(m.num_params(), 12u * 7 + 7 + 14 + 7 * 5 + 5 + 10 + 5 * 3 + 3);
-  EXPECT_EQ(m.max_width(), 12);
+  EXPECT_EQ(m.activation_floats(), 12 + 4 * 7 + 4 * 5 + 3);
 
   // Layers point at their tensors; BN running statistics tile the buffer without overlap.
-  const Layer& fc2 = m.layers()[4];
-  EXPECT_EQ(fc2.in, 7);
-  EXPECT_EQ(fc2.out, 5);
-  EXPECT_EQ(fc2.weight, m.tensors()[4].offset);
-  EXPECT_EQ(fc2.bias, m.tensors()[5].offset);
+  const Layer& fc2 = m.layer(4);
+  EXPECT_EQ(fc2.in_features(), 7);
+  EXPECT_EQ(fc2.out_features(), 5);
+  EXPECT_EQ(fc2.param(0), m.tensors()[4].offset);
+  EXPECT_EQ(fc2.param(1), m.tensors()[5].offset);
   EXPECT_EQ(m.num_buffers(), 2u * (7 + 5));
-  const Layer &bn1 = m.layers()[1], &bn2 = m.layers()[5];
-  EXPECT_EQ(bn1.weight, m.tensors()[2].offset);
-  EXPECT_EQ(bn1.running_mean, 0u);
-  EXPECT_EQ(bn1.running_var, 7u);
-  EXPECT_EQ(bn2.running_mean, 14u);
-  EXPECT_EQ(bn2.running_var, 19u);
+  const Layer &bn1 = m.layer(1), &bn2 = m.layer(5);
+  EXPECT_EQ(bn1.param(0), m.tensors()[2].offset);
+  EXPECT_EQ(bn1.buffer(0), 0u);
+  EXPECT_EQ(bn1.buffer(1), 7u);
+  EXPECT_EQ(bn2.buffer(0), 14u);
+  EXPECT_EQ(bn2.buffer(1), 19u);
+  EXPECT_TRUE(m.has_batch_statistics());
 
-  const Mlp plain(model_cfg({7, 5}, false, 0.0), 12, 3);
+  const Model plain(model_cfg({7, 5}, false, 0.0), {12}, 3);
   layer_names.clear();
-  for (const Layer& l : plain.layers()) layer_names.push_back(l.name);
+  for (const Node& n : plain.nodes()) layer_names.push_back(n.layer->name());
   EXPECT_EQ(layer_names, (std::vector<std::string>{"fc1", "relu1", "fc2", "relu2", "fc3"}));
   EXPECT_EQ(plain.num_buffers(), 0u);
-  const Mlp logistic(model_cfg({}, false, 0.0), 12, 3);
-  ASSERT_EQ(logistic.layers().size(), 1u);
+  EXPECT_FALSE(plain.has_batch_statistics());
+  const Model logistic(model_cfg({}, false, 0.0), {12}, 3);
+  ASSERT_EQ(logistic.size(), 1u);
   EXPECT_EQ(logistic.tensors()[0].shape, (std::vector<std::int64_t>{3, 12}));
+  // Image input: the mlp reads it flat.
+  const Model images(model_cfg({7}, false, 0.0), {1, 4, 3}, 3);
+  EXPECT_EQ(images.tensors()[0].shape, (std::vector<std::int64_t>{7, 12}));
 }
 
-TEST(MlpInit, UniformWithinFanInBoundAndBatchNormIdentity) {
-  const Mlp m(model_cfg({256, 64}, true, 0.0), 784, 10);
+TEST(ModelMlp, UniformWithinFanInBoundAndBatchNormIdentity) {
+  const Model m(model_cfg({256, 64}, true, 0.0), {784}, 10);
   std::vector<float> p(m.num_params(), std::numeric_limits<float>::quiet_NaN());
   m.init_parameters(p, 42);
   for (const ParamTensor& t : m.tensors()) {
@@ -593,7 +472,7 @@ TEST(MlpInit, UniformWithinFanInBoundAndBatchNormIdentity) {
       for (const float x : v) ASSERT_EQ(x, want) << t.layer << "." << t.name;
       continue;
     }
-    const std::int64_t fan_in = m.layers()[t.layer_index].in;  // bias shares the weight's bound
+    const std::int64_t fan_in = m.layer(t.layer_index).in_features();  // bias shares the weight's bound
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
     double sum = 0, sum2 = 0, top = 0;
     for (const float x : v) {
@@ -612,26 +491,26 @@ TEST(MlpInit, UniformWithinFanInBoundAndBatchNormIdentity) {
   }
   std::vector<float> buffers(m.num_buffers(), std::numeric_limits<float>::quiet_NaN());
   m.init_buffers(buffers);
-  for (const Layer& l : m.layers()) {
-    if (l.kind != LayerKind::batchnorm) continue;
-    for (std::int64_t i = 0; i < l.out; ++i) {
-      EXPECT_EQ(buffers[l.running_mean + static_cast<std::size_t>(i)], 0.0f);
-      EXPECT_EQ(buffers[l.running_var + static_cast<std::size_t>(i)], 1.0f);
+  for (const Node& n : m.nodes()) {
+    if (!n.layer->statistics()) continue;
+    for (std::int64_t i = 0; i < n.layer->out_features(); ++i) {
+      EXPECT_EQ(buffers[n.layer->buffer(0) + static_cast<std::size_t>(i)], 0.0f);
+      EXPECT_EQ(buffers[n.layer->buffer(1) + static_cast<std::size_t>(i)], 1.0f);
     }
   }
 }
 
-TEST(MlpInit, KeyedPerTensorAndBySeed) {
+TEST(ModelMlp, KeyedPerTensorAndBySeed) {
   // Same input and classes; `wider` changes the second hidden width, `wider_first` the first one.
   const ModelSection base = model_cfg({16, 8}, false, 0.0);
-  const Mlp a(base, 20, 4), wider(model_cfg({16, 12}, false, 0.0), 20, 4),
-      wider_first(model_cfg({24, 8}, false, 0.0), 20, 4);
-  auto init = [](const Mlp& m, std::uint64_t seed) {
+  const Model a(base, {20}, 4), wider(model_cfg({16, 12}, false, 0.0), {20}, 4),
+      wider_first(model_cfg({24, 8}, false, 0.0), {20}, 4);
+  auto init = [](const Model& m, std::uint64_t seed) {
     std::vector<float> p(m.num_params());
     m.init_parameters(p, seed);
     return p;
   };
-  auto tensor = [](const Mlp& m, const std::vector<float>& p, std::size_t t) {
+  auto tensor = [](const Model& m, const std::vector<float>& p, std::size_t t) {
     const ParamTensor& pt = m.tensors()[t];
     return std::vector<float>(p.begin() + static_cast<std::ptrdiff_t>(pt.offset),
                               p.begin() + static_cast<std::ptrdiff_t>(pt.offset + pt.size));

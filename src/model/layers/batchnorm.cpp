@@ -1,0 +1,201 @@
+// BatchNorm1d / BatchNorm2d in training mode, https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html:
+// per channel c, statistics over every row (and, 2d, every spatial position) that shares them: the rank's
+// micro-batch, or every rank's under SyncBatchNorm. Settings: momentum (PyTorch's convention:
+// running = (1-m) running + m batch), eps.
+//
+// Phases (StatisticsPhases): forward 0: sum of x; forward 1: sum of squared deviations from that mean
+// (two passes in double: exact enough that the float results match PyTorch's Welford statistics, and
+// reducible across ranks); finish: normalise, update the running statistics with the unbiased variance.
+// Backward 0: sum dy and sum dy*xhat (which are also dbeta and dgamma); finish: dx.
+#include <algorithm>
+#include <cmath>
+
+#include "model/layer.hpp"
+
+namespace divsim {
+namespace {
+
+std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
+
+// One row of the 1d normalisation. A function of its own for the restrict parameters: through pointers
+// that may alias the compiler does not vectorise.
+void normalize_row(const float* __restrict x, const float* __restrict mean, const float* __restrict invstd,
+                   const float* __restrict gamma, const float* __restrict beta, float* __restrict xhat,
+                   float* __restrict y, std::size_t n) {
+  for (std::size_t c = 0; c < n; ++c) {
+    const float h = (x[c] - mean[c]) * invstd[c];
+    xhat[c] = h;
+    y[c] = h * gamma[c] + beta[c];
+  }
+}
+
+class BatchNorm : public Layer, public StatisticsPhases {
+ public:
+  explicit BatchNorm(const LayerSpec& s, std::size_t rank)
+      : Layer(s), momentum_(s.option("momentum", 0.1)), eps_(s.option("eps", 1e-5)) {
+    const Shape& in = input_shapes().at(0);
+    if (in.size() != rank) throw std::logic_error("layer " + name() + " (" + style() + ") reads " + to_string(in));
+    channels_ = in[0];
+    spatial_ = numel(in) / channels_;
+    set_output(in);
+    add_param("weight", {channels_}, Init::constant(1.0));
+    add_param("bias", {channels_}, Init::constant(0.0));
+    add_buffer("running_mean", channels_, 0.0f);
+    add_buffer("running_var", channels_, 1.0f);
+    add_saved("xhat", numel(in));
+    add_saved("mean", 0, channels_);
+    add_saved("invstd", 0, channels_);
+  }
+
+  const StatisticsPhases* statistics() const override { return this; }
+  // Only through the phases.
+  void forward(const Pass&) const override { throw std::logic_error("BatchNorm runs in phases"); }
+  void backward_input(const Pass&) const override { throw std::logic_error("BatchNorm runs in phases"); }
+
+  int forward_phases() const override { return 2; }
+  std::size_t forward_width() const override { return sz(channels_); }
+
+  // inp (B, C[, H, W]) -> partial[C] += sum of x (phase 0) or of (x - mean)^2 (phase 1)
+  void forward_partial(int phase, const Pass& p, std::span<const double> earlier, double rows,
+                       std::span<double> partial) const override {
+    const std::size_t C = sz(channels_), S = sz(spatial_);
+    const double count = rows * static_cast<double>(spatial_);
+    for (std::int64_t i = 0; i < p.rows; ++i) {
+      const float* x = p.x[0] + sz(i) * C * S;
+      for (std::size_t c = 0; c < C; ++c)
+        for (std::size_t s = 0; s < S; ++s) {
+          if (phase == 0) {
+            partial[c] += x[c * S + s];
+          } else {
+            const double d = x[c * S + s] - earlier[c] / count;
+            partial[c] += d * d;
+          }
+        }
+    }
+  }
+
+  void forward_finish(const Pass& p, std::span<const double> totals, double rows) const override {
+    const std::size_t C = sz(channels_);
+    const double count = rows * static_cast<double>(spatial_);
+    float* mean = p.saved[1];
+    float* invstd = p.saved[2];
+    float* running_mean = p.buffers + buffer(0);
+    float* running_var = p.buffers + buffer(1);
+    for (std::size_t c = 0; c < C; ++c) {
+      const double m = totals[c] / count, var = totals[C + c] / count;
+      mean[c] = static_cast<float>(m);
+      invstd[c] = static_cast<float>(1.0 / std::sqrt(var + eps_));
+      running_mean[c] = static_cast<float>((1.0 - momentum_) * running_mean[c] + momentum_ * m);
+      running_var[c] = static_cast<float>((1.0 - momentum_) * running_var[c] +
+                                          momentum_ * var * count / std::max(1.0, count - 1.0));
+    }
+    const float* gamma = weight_of(p, 0);
+    const float* beta = weight_of(p, 1);
+    for (std::int64_t i = 0; i < p.rows; ++i) {
+      const std::size_t off = sz(i) * C * sz(spatial_);
+      if (spatial_ == 1) {
+        normalize_row(p.x[0] + off, mean, invstd, gamma, beta, p.saved[0] + off, p.y + off, C);
+        continue;
+      }
+      for (std::size_t c = 0; c < C; ++c) {
+        const std::size_t o = off + c * sz(spatial_);
+        for (std::size_t s = 0; s < sz(spatial_); ++s) {
+          const float h = (p.x[0][o + s] - mean[c]) * invstd[c];
+          p.saved[0][o + s] = h;
+          p.y[o + s] = h * gamma[c] + beta[c];
+        }
+      }
+    }
+  }
+
+  // Eval mode: normalise with the running statistics.
+  void forward_eval(const Pass& p) const override {
+    const std::size_t C = sz(channels_), S = sz(spatial_);
+    const float* running_mean = p.buffers + buffer(0);
+    const float* running_var = p.buffers + buffer(1);
+    const float* gamma = weight_of(p, 0);
+    const float* beta = weight_of(p, 1);
+    for (std::size_t c = 0; c < C; ++c) {
+      const float invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps_));
+      for (std::int64_t i = 0; i < p.rows; ++i)
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::size_t o = (sz(i) * C + c) * S + s;
+          p.y[o] = (p.x[0][o] - running_mean[c]) * invstd * gamma[c] + beta[c];
+        }
+    }
+  }
+
+  std::size_t backward_width() const override { return 2 * sz(channels_); }
+
+  // partial = [sum dy | sum dy*xhat] over the chunk, which are its dbeta and dgamma
+  void backward_partial(const Pass& p, std::span<double> partial) const override {
+    const std::size_t C = sz(channels_), S = sz(spatial_);
+    for (std::int64_t i = 0; i < p.rows; ++i)
+      for (std::size_t c = 0; c < C; ++c)
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::size_t o = (sz(i) * C + c) * S + s;
+          partial[c] += p.dy[o];
+          partial[C + c] += static_cast<double>(p.dy[o]) * p.saved[0][o];
+        }
+    float* dgamma = grad_of(p, 0);
+    float* dbeta = grad_of(p, 1);
+    if (p.write == GradWrite::overwrite) {
+      std::fill_n(dgamma, C, 0.0f);
+      std::fill_n(dbeta, C, 0.0f);
+    }
+    for (std::size_t c = 0; c < C; ++c) {
+      dbeta[c] += static_cast<float>(partial[c]);
+      dgamma[c] += static_cast<float>(partial[C + c]);
+    }
+  }
+
+  // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy*xhat)), the means over every row sharing statistics
+  void backward_finish(const Pass& p, std::span<const double> totals, double rows) const override {
+    if (!p.dx[0]) return;
+    const std::size_t C = sz(channels_), S = sz(spatial_);
+    const double count = rows * static_cast<double>(spatial_);
+    const float* gamma = weight_of(p, 0);
+    const float* invstd = p.saved[2];
+    const float* xhat = p.saved[0];
+    // Per-channel constants for a block of channels, then the rows in memory order.
+    constexpr std::size_t kBlock = 256;
+    float mean_dy[kBlock], mean_dy_xhat[kBlock], scale[kBlock];
+    for (std::size_t c0 = 0; c0 < C; c0 += kBlock) {
+      const std::size_t width = std::min(kBlock, C - c0);
+      for (std::size_t j = 0; j < width; ++j) {
+        mean_dy[j] = static_cast<float>(totals[c0 + j] / count);
+        mean_dy_xhat[j] = static_cast<float>(totals[C + c0 + j] / count);
+        scale[j] = gamma[c0 + j] * invstd[c0 + j];
+      }
+      for (std::int64_t i = 0; i < p.rows; ++i)
+        for (std::size_t j = 0; j < width; ++j)
+          for (std::size_t s = 0; s < S; ++s) {
+            const std::size_t o = (sz(i) * C + c0 + j) * S + s;
+            p.dx[0][o] = scale[j] * (p.dy[o] - mean_dy[j] - xhat[o] * mean_dy_xhat[j]);
+          }
+    }
+  }
+
+ private:
+  double momentum_, eps_;
+  std::int64_t channels_ = 0, spatial_ = 1;
+};
+
+// inp (B, C)
+class BatchNorm1d final : public BatchNorm {
+ public:
+  explicit BatchNorm1d(const LayerSpec& s) : BatchNorm(s, 1) {}
+};
+
+// inp (B, C, H, W)
+class BatchNorm2d final : public BatchNorm {
+ public:
+  explicit BatchNorm2d(const LayerSpec& s) : BatchNorm(s, 3) {}
+};
+
+}  // namespace
+
+DIVSIM_REGISTER_LAYER("batchnorm1d", BatchNorm1d);
+DIVSIM_REGISTER_LAYER("batchnorm2d", BatchNorm2d);
+
+}  // namespace divsim

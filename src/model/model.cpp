@@ -1,0 +1,96 @@
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "numerics/philox.hpp"
+
+namespace divsim {
+
+int ModelBuilder::add(const std::string& style, const std::string& name, std::vector<int> inputs,
+                      std::map<std::string, double> options) {
+  LayerSpec spec{style, name, {}, std::move(options)};
+  for (const int a : inputs) {
+    if (a < 0 || static_cast<std::size_t>(a) >= shapes_.size())
+      throw std::logic_error("layer " + name + " reads an activation that does not exist yet");
+    spec.inputs.push_back(shapes_[static_cast<std::size_t>(a)]);
+  }
+  Node node{make_layer(spec), std::move(inputs), static_cast<int>(shapes_.size())};
+  shapes_.push_back(node.layer->output_shape());
+  nodes_.push_back(std::move(node));
+  return nodes_.back().output;
+}
+
+void ModelBuilder::flatten_input() {
+  if (!nodes_.empty()) throw std::logic_error("flatten_input after a layer was added");
+  shapes_[0] = {numel(shapes_[0])};
+}
+
+std::map<std::string, ModelBuild>& model_registry() {
+  static std::map<std::string, ModelBuild> registry;
+  return registry;
+}
+
+Model::Model(const ModelSection& config, const Shape& input, std::int64_t classes) : classes_(classes) {
+  const auto it = model_registry().find(config.type);
+  if (it == model_registry().end()) throw std::logic_error("no model type " + config.type);
+  ModelBuilder b(config, input, classes);
+  it->second(b);
+  if (b.nodes_.empty()) throw std::logic_error("model " + config.type + " has no layers");
+  nodes_ = std::move(b.nodes_);
+  shapes_ = std::move(b.shapes_);
+  eval_batch_ = b.eval_batch_;
+  if (shapes_.back() != Shape{classes})
+    throw std::logic_error("model " + config.type + " ends in " + to_string(shapes_.back()) + ", not one logit per class");
+
+  readers_.assign(shapes_.size(), 0);
+  for (std::size_t l = 0; l < nodes_.size(); ++l) {
+    Layer& layer = *nodes_[l].layer;
+    for (const int a : nodes_[l].inputs) ++readers_[static_cast<std::size_t>(a)];
+    std::vector<std::size_t> params, buffers;
+    for (const ParamSpec& p : layer.params()) {
+      const auto size = static_cast<std::size_t>(numel(p.shape));
+      params.push_back(num_params_);
+      tensors_.push_back({layer.name(), p.name, l, num_params_, size, p.shape, p.init});
+      num_params_ += size;
+    }
+    for (const BufferSpec& s : layer.buffers()) {
+      buffers.push_back(num_buffers_);
+      buffer_init_.insert(buffer_init_.end(), static_cast<std::size_t>(s.size), s.value);
+      num_buffers_ += static_cast<std::size_t>(s.size);
+    }
+    layer.place(static_cast<std::uint32_t>(l), std::move(params), std::move(buffers));
+  }
+}
+
+std::int64_t Model::activation_floats() const {
+  std::int64_t n = 0;
+  for (const Shape& s : shapes_) n += numel(s);
+  return n;
+}
+
+bool Model::has_batch_statistics() const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.layer->statistics() != nullptr; });
+}
+
+void Model::init_parameters(std::span<float> params, std::uint64_t seed) const {
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    const ParamTensor& tensor = tensors_[t];
+    const Init& init = tensor.init;
+    float* p = params.data() + tensor.offset;
+    if (init.kind == Init::Kind::constant) {
+      std::fill(p, p + tensor.size, static_cast<float>(init.value));
+      continue;
+    }
+    const KeyedStream stream(seed, Stream::init, static_cast<std::uint32_t>(t));
+    const auto scale = static_cast<float>(init.value);
+    if (init.kind == Init::Kind::uniform)
+      for (std::size_t i = 0; i < tensor.size; ++i) p[i] = (2.0f * stream.uniform(i) - 1.0f) * scale;
+    else
+      for (std::size_t i = 0; i < tensor.size; ++i) p[i] = static_cast<float>(init.value * stream.normal(i));
+  }
+}
+
+void Model::init_buffers(std::span<float> buffers) const { std::copy(buffer_init_.begin(), buffer_init_.end(), buffers.begin()); }
+
+}  // namespace divsim

@@ -1,0 +1,117 @@
+#pragma once
+// A model: a registered graph of layer styles over named activations (model/layer.hpp), laid out over one
+// flat float32 parameter array and one buffer array. Registered models (DIVSIM_REGISTER_MODEL, one file
+// each under model/models/) build the graph with a ModelBuilder; model.type picks one.
+//
+// Activation 0 is the input batch; every layer reads one or two earlier activations and writes one new
+// one, so the list of layers is a topological order: forward runs it top to bottom, backward bottom to
+// top, and an activation read by several layers (a residual branch) gets the sum of their input
+// gradients. The last layer's output is the logits.
+//
+// Parameters are laid out layer by layer in graph order, each layer's tensors in its declaration order,
+// and named as PyTorch's state_dict names them (scope + "." + tensor: "layer1.0.conv1.weight"), so a
+// PyTorch module built the same way loads /init and checkpoints one to one, and DDP's buckets (reverse
+// parameter order) mean the same thing here as there. This file only describes and initialises the
+// model; running it over replicas and ranks is train/'s job.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/layer.hpp"
+
+namespace divsim {
+
+struct Node {
+  std::unique_ptr<Layer> layer;
+  std::vector<int> inputs;  // activation ids
+  int output = 0;
+};
+
+struct ParamTensor {
+  std::string layer, name;           // e.g. "layer1.0.conv1", "weight"
+  std::size_t layer_index = 0;       // position of its layer in Model::nodes()
+  std::size_t offset = 0, size = 0;  // in the flat parameter buffer
+  Shape shape;
+  Init init;
+  std::string key() const { return layer + "." + name; }  // the PyTorch state_dict key
+};
+
+class ModelBuilder {
+ public:
+  ModelBuilder(const ModelSection& model, Shape input, std::int64_t class_count)
+      : config(model), classes(class_count), shapes_{std::move(input)} {}
+  const ModelSection& config;
+  const std::int64_t classes;
+
+  static constexpr int input() { return 0; }
+  const Shape& shape(int activation) const { return shapes_.at(static_cast<std::size_t>(activation)); }
+  // Reads the input as one flat feature vector per sample (it is row-major already: no copy), before any
+  // layer is added.
+  void flatten_input();
+  // Appends a layer of `style` named `name` (its parameters' scope) reading `inputs`; returns its output.
+  int add(const std::string& style, const std::string& name, std::vector<int> inputs,
+          std::map<std::string, double> options = {});
+  // Evaluation batch (rows per forward in eval mode): fixed per model so eval results do not depend on the
+  // world size; smaller for models whose activations are large.
+  void eval_batch(std::int64_t rows) { eval_batch_ = rows; }
+
+ private:
+  friend class Model;
+  std::vector<Node> nodes_;
+  std::vector<Shape> shapes_;
+  std::int64_t eval_batch_ = 1000;
+};
+
+class Model {
+ public:
+  // Builds model.type (std::logic_error for an unknown one: the config parser checks the name first).
+  Model(const ModelSection& config, const Shape& input, std::int64_t classes);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Layer& layer(std::size_t l) const { return *nodes_[l].layer; }
+  std::size_t size() const { return nodes_.size(); }
+  const std::vector<Shape>& activations() const { return shapes_; }  // per-sample shapes, [0] = input
+  std::int64_t features(int activation) const { return numel(shapes_[static_cast<std::size_t>(activation)]); }
+  int readers(int activation) const { return readers_[static_cast<std::size_t>(activation)]; }
+  int logits() const { return nodes_.back().output; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  std::size_t num_params() const { return num_params_; }
+  std::size_t num_buffers() const { return num_buffers_; }
+  std::int64_t in_features() const { return features(0); }
+  std::int64_t classes() const { return classes_; }
+  std::int64_t eval_batch() const { return eval_batch_; }
+  // Floats of every activation of one sample (memory planning).
+  std::int64_t activation_floats() const;
+  // Whether some layer keeps statistics across rows (BatchNorm): SyncBN and bn_drift apply.
+  bool has_batch_statistics() const;
+
+  // Each tensor draws from its own init stream keyed by its index, so one tensor's values do not depend on
+  // another's; the rule (bound, std, constant) is the layer style's (PyTorch's defaults).
+  void init_parameters(std::span<float> params, std::uint64_t seed) const;
+  void init_buffers(std::span<float> buffers) const;
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<Shape> shapes_;
+  std::vector<int> readers_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<float> buffer_init_;
+  std::size_t num_params_ = 0, num_buffers_ = 0;
+  std::int64_t classes_ = 0, eval_batch_ = 0;
+};
+
+using ModelBuild = std::function<void(ModelBuilder&)>;
+std::map<std::string, ModelBuild>& model_registry();
+
+struct ModelRegistrar {
+  ModelRegistrar(const char* type, ModelBuild build) { model_registry()[type] = std::move(build); }
+};
+
+#define DIVSIM_REGISTER_MODEL(TYPE, FUNCTION) static const ::divsim::ModelRegistrar model_registrar_##FUNCTION(TYPE, FUNCTION)
+
+}  // namespace divsim
