@@ -11,3 +11,20 @@
 #else
 #define DIVSIM_WIDE_VECTORS
 #endif
+
+#include <cstdint>
+
+namespace divsim {
+
+// body(i, lane) for i in [0, n), lane = i % Lanes: whole blocks of Lanes, then the tail. A reduction
+// kept as one partial result per lane (sums, maxima) vectorises, where a single running float sum does
+// not (GCC keeps the order of float adds), and its bits do not depend on the vector width.
+template <std::int64_t Lanes, class Body>
+inline void for_lanes(std::int64_t n, Body body) {
+  std::int64_t i = 0;
+  for (; i + Lanes <= n; i += Lanes)
+    for (std::int64_t lane = 0; lane < Lanes; ++lane) body(i + lane, lane);
+  for (std::int64_t lane = 0; i + lane < n; ++lane) body(i + lane, lane);
+}
+
+}  // namespace divsim
