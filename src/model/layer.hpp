@@ -84,8 +84,8 @@ class OperandRounding {
   MatmulFormat format() const { return format_; }
   ConstMatView operator()(Role role, ConstMatView m) const;
   // The same into memory of the layer's own (its workspace), for operands larger than the engine's
-  // scratch: each role's holds the largest activation, the largest operand of a declared product
-  // (MatrixProduct) and the largest parameter tensor, for the rows of one call.
+  // scratch: each role's holds the largest activation and the largest operand of a declared product
+  // (MatrixProduct), for the rows of one call, and the largest parameter tensor.
   ConstMatView into(ConstMatView m, std::span<float> memory) const;
 
  private:

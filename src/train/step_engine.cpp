@@ -62,9 +62,12 @@ StepEngine::StepEngine(const Model& model, const Dataset& train, Reducer& reduce
       features = std::max(features, m.rows_per_sample * std::max(m.in, m.out));
   for (const ParamTensor& t : model_.tensors()) weights = std::max(weights, static_cast<std::int64_t>(t.size));
   const std::int64_t eval_rows = model_.eval_batch();
-  round_a_.resize(sz(std::max(mb, eval_rows) * features));
-  round_b_.resize(sz(weights));
-  round_c_.resize(sz(mb * features));
+  // Each role holds any operand a layer may hand it: an activation of a call's rows, a product's operand, a
+  // parameter tensor (attention rounds per-head activations in the weight role).
+  const auto operand = sz(std::max(std::max(mb, eval_rows) * features, weights));
+  round_a_.resize(operand);
+  round_b_.resize(operand);
+  round_c_.resize(operand);
   grad_scratch_.resize(2 * sz(mb * features));
   std::int64_t work = 0;
   for (std::size_t l = 0; l < model_.size(); ++l) work = std::max(work, model_.layer(l).workspace(std::max(mb, eval_rows)));

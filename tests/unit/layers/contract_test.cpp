@@ -1,7 +1,8 @@
 // The contract every layer style keeps with the engines (model/layer.hpp), checked on each registered
 // style: forward writes every element of its output; backward_input overwrites every element of each
 // input gradient (a NaN left there would survive); backward_params with GradWrite::overwrite gives the
-// bits of accumulating onto zeros, whatever the gradient slot held. A style registered without an
+// bits of accumulating onto zeros, whatever the gradient slot held; in bf16 its operands fit the
+// rounding scratch. A style registered without an
 // example here fails the test, so new styles are covered from the start.
 #include <gtest/gtest.h>
 
@@ -30,6 +31,12 @@ const std::map<std::string, LayerSpec>& examples() {
       {"dropout", {"dropout", "drop", {{5}}, {{"p", 0.3}}}},
       {"batchnorm1d", {"batchnorm1d", "bn", {{5}}, {}}},
       {"batchnorm2d", {"batchnorm2d", "bn", {{2, 3, 3}}, {}}},
+      {"conv2d", {"conv2d", "conv", {{2, 5, 5}}, {{"out", 3}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}}},
+      {"avgpool", {"avgpool", "pool", {{3, 4, 4}}, {}}},
+      {"add", {"add", "add", {{2, 3}, {2, 3}}, {}}},
+      {"layernorm", {"layernorm", "ln", {{3, 8}}, {}}},
+      {"gelu", {"gelu", "gelu", {{3, 5}}, {{"tanh", 1}}}},
+      {"attention", {"attention", "attn", {{4, 12}}, {{"heads", 2}, {"causal", 1}}}},
   };
   return specs;
 }
@@ -63,6 +70,12 @@ TEST(LayerContract, EveryStyleWritesItsOutputsAndHonoursGradWrite) {
     EXPECT_TRUE(same_bits(b.grads, accumulated)) << style << ": overwrite is not accumulate onto zeros";
     EXPECT_TRUE(all_finite(b.grads)) << style;
     for (const auto& dx : b.dx) EXPECT_TRUE(all_finite(dx)) << style << ": an input gradient element was not overwritten";
+    // Reduced precision rounds operands through the engine's scratch (or the layer's workspace): it must fit.
+    test::LayerBench bf16(examples().at(style), kRows);
+    bf16.format = MatmulFormat::bf16;
+    EXPECT_NO_THROW(bf16.forward()) << style << " in bf16";
+    EXPECT_NO_THROW(bf16.backward(GradWrite::overwrite)) << style << " in bf16";
+    EXPECT_TRUE(all_finite(bf16.y) && all_finite(bf16.grads)) << style << " in bf16";
     std::printf("[ contract ] %-12s %zu params, %zu saved tensors: OK\n", style.c_str(), b.params.size(), b.saved.size());
   }
 }
