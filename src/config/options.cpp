@@ -194,12 +194,19 @@ const std::vector<Field>& fields() {
       field("data", "synthetic_classes", &R::data, &DataSection::synthetic_classes, "synthetic: classes (>= 2)"),
       field("data", "synthetic_teacher_hidden", &R::data, &DataSection::synthetic_teacher_hidden,
             "synthetic: hidden width of the teacher network"),
-      field("model", "type", &R::model, &ModelSection::type, "the model (docs/models.md): mlp"),
+      field("model", "type", &R::model, &ModelSection::type, "the model (docs/models.md): mlp | resnet"),
       field("model", "hidden", &R::model, &ModelSection::hidden, "hidden widths, e.g. 256,128; empty = logistic regression"),
       field("model", "batchnorm", &R::model, &ModelSection::batchnorm, "BatchNorm1d after each hidden Linear"),
       field("model", "dropout", &R::model, &ModelSection::dropout, "drop probability after each hidden ReLU, [0,1)"),
       field("model", "bn_momentum", &R::model, &ModelSection::bn_momentum, "running = (1-m)*running + m*batch, [0,1]"),
       field("model", "bn_eps", &R::model, &ModelSection::bn_eps, "BatchNorm epsilon, > 0"),
+      field("model", "channels", &R::model, &ModelSection::channels, "resnet: channels per stage, e.g. 16,32,64"),
+      field("model", "blocks", &R::model, &ModelSection::blocks, "resnet: basic blocks per stage"),
+      field("model", "patch", &R::model, &ModelSection::patch, "vit: patch side in pixels; must divide the image side"),
+      field("model", "dim", &R::model, &ModelSection::dim, "vit: token width"),
+      field("model", "heads", &R::model, &ModelSection::heads, "vit: attention heads; must divide model.dim"),
+      field("model", "depth", &R::model, &ModelSection::depth, "vit: transformer blocks"),
+      field("model", "mlp_ratio", &R::model, &ModelSection::mlp_ratio, "vit: MLP hidden width as a multiple of model.dim"),
       field("loss", "type", &R::loss, &LossSection::type, "cross_entropy | asl (asymmetric loss, multi-label one-hot)"),
       field("loss", "label_smoothing", &R::loss, &LossSection::label_smoothing, "PyTorch label_smoothing, [0,1)"),
       field("loss", "gamma_pos", &R::loss, &LossSection::gamma_pos, "asl: positive focusing exponent, >= 0"),
@@ -595,6 +602,16 @@ void validate(const RunConfig& c) {
     for (const auto& entry : model_registry()) known += (known.empty() ? "" : ", ") + entry.first;
     throw ConfigError("model.type", in_quotes(c.model.type) + " is not one of: " + known);
   }
+  require_int("model.channels", static_cast<std::int64_t>(c.model.channels.size()), !c.model.channels.empty(),
+              "at least one stage");
+  for (const std::int64_t w : c.model.channels) require_int("model.channels", w, w >= 1 && w <= 4096, "channels in [1, 4096]");
+  require_int("model.blocks", c.model.blocks, c.model.blocks >= 1 && c.model.blocks <= 64, "in [1, 64]");
+  require_int("model.patch", c.model.patch, c.model.patch >= 1, ">= 1");
+  require_int("model.dim", c.model.dim, c.model.dim >= 1 && c.model.dim <= 65536, "in [1, 65536]");
+  require_int("model.heads", c.model.heads, c.model.heads >= 1 && c.model.dim % c.model.heads == 0,
+              ">= 1 and a divisor of model.dim (" + std::to_string(c.model.dim) + ")");
+  require_int("model.depth", c.model.depth, c.model.depth >= 1 && c.model.depth <= 256, "in [1, 256]");
+  require_int("model.mlp_ratio", c.model.mlp_ratio, c.model.mlp_ratio >= 1 && c.model.mlp_ratio <= 64, "in [1, 64]");
   for (const std::int64_t w : c.model.hidden) require_int("model.hidden", w, w >= 1 && w <= 65536, "widths in [1, 65536]");
   require_double("model.dropout", c.model.dropout, c.model.dropout >= 0 && c.model.dropout < 1, "in [0,1)");
   require_double("model.bn_momentum", c.model.bn_momentum, c.model.bn_momentum >= 0 && c.model.bn_momentum <= 1,

@@ -44,6 +44,13 @@ struct ModelSection {
   double dropout = 0.0;      // drop probability after each hidden ReLU
   double bn_momentum = 0.1;  // PyTorch convention: running = (1-m)*running + m*batch
   double bn_eps = 1e-5;
+  std::vector<std::int64_t> channels = {16, 32, 64};  // resnet: channels of each stage
+  std::int64_t blocks = 1;                            // resnet: basic blocks per stage
+  std::int64_t patch = 7;                             // vit: patch side (28 / 7 = 4x4 = 16 tokens)
+  std::int64_t dim = 64;                              // vit: token width
+  std::int64_t heads = 4;                             // vit: attention heads (dim % heads == 0)
+  std::int64_t depth = 4;                             // vit: transformer blocks
+  std::int64_t mlp_ratio = 4;                         // vit: hidden width of a block's MLP / dim
 };
 
 struct LossSection {

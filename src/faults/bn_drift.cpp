@@ -12,7 +12,9 @@ class BnDrift final : public Fault {
  public:
   BnDrift(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
     finish_params();
-    if (!ctx.cfg.model.batchnorm) fail("needs model.batchnorm=true");
+    if (!ctx.model_has_batchnorm)
+      fail("needs a model with BatchNorm layers (model.type=" + ctx.cfg.model.type +
+           " has none; the mlp has them with model.batchnorm=true, resnet always)");
     if (ctx.cfg.dist.sync_bn) fail("contradicts dist.sync_bn=true (SyncBN shares the statistics)");
   }
   std::string adjust(std::int64_t, Replica& r) const override {

@@ -26,6 +26,9 @@ struct FaultContext {
   int world_size = 1;
   std::int64_t total_steps = 0;
   std::uint64_t nonce = 0;  // clock-derived, agreed by all processes: for faults that make reruns differ
+  // What the model has, for faults whose mechanism needs a kind of layer.
+  bool model_has_batchnorm = false;
+  bool model_has_dropout = false;
 };
 
 // Where a rank's micro-batch comes from, for faults that replace it.

@@ -18,7 +18,9 @@ class UnsyncedSeed final : public Fault {
     stream_ = text_param("stream", "init", {"init", "sampler", "dropout", "augment"});
     clock_ = text_param("mode", "rank_offset", {"rank_offset", "clock"}) == "clock";
     finish_params();
-    if (stream_ == "dropout" && ctx.cfg.model.dropout == 0.0) fail("stream=dropout needs model.dropout > 0");
+    if (stream_ == "dropout" && !ctx.model_has_dropout)
+      fail("stream=dropout needs a model with dropout layers (model.type=" + ctx.cfg.model.type +
+           " has none; the mlp has them with model.dropout > 0)");
     if (stream_ == "augment" && !ctx.cfg.data.augment) fail("stream=augment needs data.augment=true");
     if (stream_ == "sampler") samplers_.resize(static_cast<std::size_t>(ctx.world_size));
   }

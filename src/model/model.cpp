@@ -73,6 +73,10 @@ bool Model::has_batch_statistics() const {
   return std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.layer->statistics() != nullptr; });
 }
 
+bool Model::has_style(const std::string& style) const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.layer->style() == style; });
+}
+
 void Model::init_parameters(std::span<float> params, std::uint64_t seed) const {
   for (std::size_t t = 0; t < tensors_.size(); ++t) {
     const ParamTensor& tensor = tensors_[t];

@@ -89,6 +89,7 @@ class Model {
   std::int64_t activation_floats() const;
   // Whether some layer keeps statistics across rows (BatchNorm): SyncBN and bn_drift apply.
   bool has_batch_statistics() const;
+  bool has_style(const std::string& style) const;
 
   // Each tensor draws from its own init stream keyed by its index, so one tensor's values do not depend on
   // another's; the rule (bound, std, constant) is the layer style's (PyTorch's defaults).

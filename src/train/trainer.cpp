@@ -382,7 +382,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
   if (model_.has_batch_statistics() && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
-    throw ConfigError("model.batchnorm", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
+    throw ConfigError("batch.global", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
                                          "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +
                                          "); use dist.sync_bn=true or a larger batch.global");
   if (cfg_.batch.lr_scaling == "linear")
@@ -421,7 +421,10 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   }
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
 
-  faults_ = std::make_unique<FaultSet>(cfg_.faults, FaultContext{cfg_, proc_.world_size, total_steps_, nonce});
+  FaultContext fault_context{cfg_, proc_.world_size, total_steps_, nonce};
+  fault_context.model_has_batchnorm = model_.has_batch_statistics();
+  fault_context.model_has_dropout = model_.has_style("dropout");
+  faults_ = std::make_unique<FaultSet>(cfg_.faults, fault_context);
 
   reduce_layout_.world_size = proc_.world_size;
   reduce_layout_.rank_begin = proc_.rank_begin;
