@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Replay of a divsim run in PyTorch, step by step.
 
-The run's effective configuration (root attribute `config`) says what to build: the MLP as a torch
-nn.Sequential, torch.optim.SGD or AdamW, cross-entropy with label smoothing (or the documented ASL), the
-closed-form LR schedule, torch.nn.utils.clip_grad_norm_. The run's initial parameters (/init, written
+The run's `model` attribute (its layer graph) says what network to build (validation/torch_graph.py, any
+model.type), and its effective configuration (root attribute `config`) the rest: torch.optim.SGD or
+AdamW, cross-entropy with label smoothing (or the documented ASL), the closed-form LR schedule, torch.nn.utils.clip_grad_norm_. The run's initial parameters (/init, written
 with record.init_params=true) are loaded into it and the run's samples (/train/samples, written with
 record.samples=true) are fed in the same order: every logical rank's micro-batches, each rank's
 gradient computed on its own, then averaged over the W ranks as DDP does. Compared with what divsim
@@ -42,7 +42,8 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from validation.common import Divsim, ValidationError, build_mlp, load_data, read_run, rel_diff, scheduled_lr
+from validation.common import Divsim, ValidationError, load_data, read_run, rel_diff, scheduled_lr
+from validation.torch_graph import from_run, styles
 
 RECORD_ARGS = ["--record.init_params=true", "--record.samples=true"]
 SERIES = ("loss", "grad_norm_local", "grad_norm", "param_norm", "lr")
@@ -51,11 +52,11 @@ TIE_MARGIN = 1e-6   # a ReLU input this close to 0 (relative to its layer's RMS)
 ROW_ORDERS = ("reversed", "rotated")  # the float32 variants tried before a difference is blamed on divsim
 
 
-def check_replayable(cfg, data):
+def check_replayable(cfg, data, model):
     """Raises ValidationError naming the first setting the replay cannot reproduce."""
     refusals = [
         (cfg.faults, "fault: the replay reproduces fault-free runs only"),
-        (cfg.float("model.dropout") > 0, "model.dropout > 0: divsim keys dropout masks by (step, sample), torch by call order"),
+        ("dropout" in styles(model.graph), "dropout layers: divsim keys dropout masks by (step, sample), torch by call order"),
         (cfg.text("precision.matmul") != "fp32", "precision.matmul must be fp32 (torch's CPU matmul has no TF32/BF16 emulation)"),
         (cfg.text("precision.amp") != "none", "precision.amp must be none"),
         (cfg.bool("data.augment"), "data.augment=true: augmentations are drawn from divsim's keyed streams"),
@@ -116,7 +117,8 @@ def load_init(model, data):
 
     state = model.state_dict()
     for name, p in model.named_parameters():
-        key = "init/" + name.replace(".", "/")
+        layer, param = name.rsplit(".", 1)
+        key = f"init/{layer}/{param}"
         if key not in data:
             raise ValidationError(f"/{key} missing: the run's model does not match its configuration")
         value = torch.from_numpy(np.asarray(data[key], dtype=np.float32)).to(p.dtype)
@@ -147,7 +149,8 @@ def replay(path, steps=None, dtype="float32", row_order=None):
     torch.set_num_threads(1)
     dt = getattr(torch, dtype)
     data, cfg, W = read_run(path)
-    check_replayable(cfg, data)
+    model = from_run(path).to(dt)
+    check_replayable(cfg, data, model)
     x_train, y_train, x_test, y_test, classes = load_data(cfg)
     x_train, y_train = torch.from_numpy(x_train).to(dt), torch.from_numpy(y_train)
     x_test, y_test = torch.from_numpy(x_test).to(dt), torch.from_numpy(y_test)
@@ -162,9 +165,8 @@ def replay(path, steps=None, dtype="float32", row_order=None):
     if cfg.text("batch.lr_scaling") == "linear":
         base_lr *= W * B / cfg.int("batch.base_global")
     clip = cfg.float("optim.clip_norm")
-    sync_bn = cfg.bool("dist.sync_bn") and cfg.bool("model.batchnorm") and W > 1
+    sync_bn = cfg.bool("dist.sync_bn") and W > 1 and bool({"batchnorm1d", "batchnorm2d"} & styles(model.graph))
 
-    model = build_mlp(cfg, in_features=x_train.shape[1], classes=classes).to(dt)
     load_init(model, data)
     params = list(model.parameters())
     opt = make_optimizer(cfg, params)
@@ -240,7 +242,7 @@ def replay(path, steps=None, dtype="float32", row_order=None):
         if step in eval_steps:
             model.eval()
             with torch.no_grad():
-                logits = model(x_test)
+                logits = torch.cat([model(x_test[i:i + 1000]) for i in range(0, len(x_test), 1000)])
                 nll = -torch.log_softmax(logits, dim=1).gather(1, y_test[:, None]).double()
                 out["eval_step"].append(step)
                 out["eval_loss"].append(float(nll.mean()))

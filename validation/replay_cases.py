@@ -43,6 +43,12 @@ CASES = {
                                                 "--loss.label_smoothing=0.1"]),
     "adamw_wd_narrow": (1, [*ADAMW, "--optim.lr=0.001", "--optim.weight_decay=0.05", "--model.hidden=64",
                             "--batch.global=128"]),
+    # The other models, through the graph the run records: convolutions, BatchNorm2d, residual adds.
+    "resnet_sgd_w2": (2, ["--model.type=resnet", "--model.channels=8,16", "--optim.lr=0.05", "--batch.global=32",
+                          "--data.test_size=1000"]),
+    "resnet_syncbn_accum2_w2": (2, ["--model.type=resnet", "--model.channels=8,16", "--model.blocks=2",
+                                    "--dist.sync_bn=true", "--batch.accum_steps=2", "--optim.lr=0.02",
+                                    "--batch.global=32", "--data.test_size=1000"]),
 }
 
 # Configurations outside the matrix, other widths, depths, learning rates, batch sizes, world sizes and step

@@ -152,6 +152,7 @@ class Layer {
   // The settings it was built with (LayerSpec::options), for whoever rebuilds it elsewhere (the GPU
   // engine, a PyTorch export).
   double option(const std::string& key, double fallback) const;
+  const std::map<std::string, double>& options() const { return options_; }
 
   // Where the model placed its tensors: offsets into the flat parameter and buffer arrays, in params() /
   // buffers() order, and its position in the model (keys its random streams).

@@ -1,6 +1,7 @@
 #include "model/model.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "numerics/philox.hpp"
@@ -75,6 +76,54 @@ bool Model::has_batch_statistics() const {
 
 bool Model::has_style(const std::string& style) const {
   return std::any_of(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.layer->style() == style; });
+}
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_shape(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string Model::to_json(const std::string& type) const {
+  std::string out = "{\"type\": " + json_string(type) + ", \"input\": " + json_shape(shapes_[0]) +
+                    ", \"classes\": " + std::to_string(classes_) + ", \"layers\": [";
+  for (std::size_t l = 0; l < nodes_.size(); ++l) {
+    const Layer& layer = *nodes_[l].layer;
+    out += std::string(l ? ",\n  " : "\n  ") + "{\"name\": " + json_string(layer.name()) +
+           ", \"style\": " + json_string(layer.style()) + ", \"inputs\": [";
+    for (std::size_t i = 0; i < nodes_[l].inputs.size(); ++i) out += (i ? ", " : "") + std::to_string(nodes_[l].inputs[i]);
+    out += "], \"output\": " + std::to_string(nodes_[l].output) + ", \"options\": {";
+    bool first = true;
+    for (const auto& [key, value] : layer.options()) {
+      out += (first ? "" : ", ") + json_string(key) + ": " + json_number(value);
+      first = false;
+    }
+    out += "}, \"output_shape\": " + json_shape(layer.output_shape()) + ", \"params\": [";
+    for (std::size_t i = 0; i < layer.params().size(); ++i) out += (i ? ", " : "") + json_string(layer.params()[i].name);
+    out += "], \"buffers\": [";
+    for (std::size_t i = 0; i < layer.buffers().size(); ++i) out += (i ? ", " : "") + json_string(layer.buffers()[i].name);
+    out += "]}";
+  }
+  return out + "\n]}";
 }
 
 void Model::init_parameters(std::span<float> params, std::uint64_t seed) const {

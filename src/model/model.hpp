@@ -91,6 +91,11 @@ class Model {
   bool has_batch_statistics() const;
   bool has_style(const std::string& style) const;
 
+  // The graph as JSON, for the output file's `model` attribute: what a reader needs to rebuild the network
+  // elsewhere (validation/torch_graph.py builds it in PyTorch): type, input shape, classes, and per layer
+  // its name, style, input and output activations, settings, output shape and tensor names.
+  std::string to_json(const std::string& type) const;
+
   // Each tensor draws from its own init stream keyed by its index, so one tensor's values do not depend on
   // another's; the rule (bound, std, constant) is the layer style's (PyTorch's defaults).
   void init_parameters(std::span<float> params, std::uint64_t seed) const;

@@ -509,6 +509,7 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   tl.flush_every = cfg_.record.flush_every;
   RootAttributes attrs = environment_attributes(comm_);
   attrs.config = to_ini(cfg_);
+  attrs.extra["model"] = model_.to_json(cfg_.model.type);
   std::string created = proc_.process == 0 ? iso_time_utc() : std::string();
   created.resize(32);
   MPI_Bcast(created.data(), 32, MPI_CHAR, 0, comm_);

@@ -24,7 +24,8 @@ function(divsim_validation_test)
 endfunction()
 
 foreach(case sgd_constant sgd_cosine_warmup sgd_accum4_label_smoothing sgd_bn_accum4_w2 sgd_syncbn_w2 sgd_max_micro_w2
-             sgd_nesterov_wd_clip_w4 adamw_cosine_warmup_label_smoothing adamw_wd_narrow)
+             sgd_nesterov_wd_clip_w4 adamw_cosine_warmup_label_smoothing adamw_wd_narrow resnet_sgd_w2
+             resnet_syncbn_accum2_w2)
   divsim_validation_test(NAME validation.replay.${case} LABELS validation SCRIPT replay_cases.py ARGS --case ${case})
 endforeach()
 divsim_validation_test(NAME validation.replay.controls LABELS "validation;slow" SCRIPT replay_cases.py ARGS --controls
@@ -36,7 +37,7 @@ divsim_validation_test(NAME validation.replay.cli LABELS validation SCRIPT repla
                        ARGS -- --model.hidden=64,32 --optim.lr=0.01 --batch.global=64 --train.steps=100)
 # Bad input: a configuration the replay cannot reproduce is refused with a message naming the key.
 divsim_validation_test(NAME validation.replay.refuses_dropout LABELS validation SCRIPT replay.py
-                       PASS_REGEX "replay: cannot replay: model.dropout > 0"
+                       PASS_REGEX "replay: cannot replay: dropout layers"
                        ARGS -- --model.dropout=0.1 --train.steps=2 --batch.global=64)
 
 # W=4 only: W=2 repeats the same five signatures with fewer ranks; validation/report.py runs both.
