@@ -116,8 +116,8 @@ def tf32_mismatch(args):
     expect(g[0] > 0 and g.max() < 0.05, f"global loss leaves the FP32 baseline at step 1 ({g[0]:.1e}) and stays close (max {g.max():.1e})")
 
 
-def bn_drift(args):
-    f, b = scenario(args, "bn_drift")
+def bn_drift(args, model=()):
+    f, b = scenario(args, "bn_drift", model)
     expect(in_sync(f), "parameters stay in sync")
     e, eb = f["eval/loss"][-1], b["eval/loss"][-1]
     expect(len(set(eb)) == 1, "baseline: every rank evaluates the same replica")
@@ -257,14 +257,18 @@ ALL_AT_ONCE = {
 }
 
 
-def all_at_once(args):
+# The other models (the mlp's settings above are ignored by them): a small ResNet.
+RESNET = ["--model.type=resnet", "--model.channels=8,16", "--data.train_size=4096", "--data.test_size=500"]
+
+
+def all_at_once(args, model=()):
     catalog = sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "inputs", "faults")) if n.endswith(".ini"))
     names = sorted(spec.split(":")[0] for spec in ALL_AT_ONCE)
     expect(names == catalog, f"one spec for each fault of inputs/faults/ ({len(catalog)})")
     run(args, ["--model.hidden=64,32", "--model.batchnorm=true", "--loss.type=asl", "--loss.margin=0.1",
                "--batch.global=64", "--batch.accum_steps=2", "--dist.reduce=ring", "--precision.amp=fp16",
                "--train.steps=24", "--train.eval_every=8", "--record.layers_every=2", "--record.samples=true",
-               "--run.out=all.h5", *(f"--fault={spec}" for spec in ALL_AT_ONCE)])
+               "--run.out=all.h5", *model, *(f"--fault={spec}" for spec in ALL_AT_ONCE)])
     r = Run(os.path.join(args.workdir, "all.h5"))
     with h5py.File(os.path.join(args.workdir, "all.h5"), "r") as f:
         listed = sorted(f["faults"]["spec"].astype(str))
@@ -352,7 +356,9 @@ def baseline_comments(args):
 
 if __name__ == "__main__":
     from divsim_testlib import parse_args
-    commands = {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
+    commands = {"all_at_once_resnet": lambda a: all_at_once(a, RESNET),
+                "bn_drift_resnet": lambda a: bn_drift(a, [*RESNET, "--batch.global=64", "--train.steps=40"])}
+    commands |= {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
                                           "clip_mismatch", "all_at_once", "every_fault", "every_mode", "baseline_comments"]}
