@@ -216,17 +216,14 @@ def oversubscription(args):
             expect(notes == [], f"no note with {n} processes on {cpus} CPUs")
 
 
-def resume_summary(args):
-    """SIGTERM after a checkpoint (exit 75), then the same command with --run.resume=auto: the closing
-    line counts the whole run's steps and says how many this start ran."""
+def terminate_after_checkpoint(args, cmd, ckpt):
+    """Starts `cmd` (mpiexec with 2 divsim processes), waits for its first checkpoint and sends SIGTERM to
+    the ranks, as Slurm does (mpiexec's own exit code for a signal to itself is its own); returns the
+    finished job's (returncode, stderr)."""
     import signal
     import subprocess
     import time
-    steps = 1000
-    cmd = [args.mpiexec, "-n", "2", args.divsim, *(a for a in SMALL if not a.startswith("--train.steps")),
-           f"--train.steps={steps}", "--run.checkpoint_every=20", "--run.out=r.h5"]
     job = subprocess.Popen(cmd, cwd=args.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ckpt = os.path.join(args.workdir, "r.h5.ckpt")
     deadline = time.monotonic() + 120
     while not os.path.exists(ckpt) and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -238,13 +235,23 @@ def resume_summary(args):
             with open(f"/proc/{pid}/task/{task}/children") as fh:
                 kids += [int(k) for k in fh.read().split()]
         return kids + [d for k in kids for d in descendants(k)]
-    # SIGTERM to the ranks, as Slurm sends it (mpiexec's own exit code for a signal to itself is its own).
     ranks = [p for p in descendants(job.pid) if os.path.basename(os.readlink(f"/proc/{p}/exe")) == "divsim"]
     expect(len(ranks) == 2, f"two divsim processes under mpiexec ({ranks})")
     for p in ranks:
         os.kill(p, signal.SIGTERM)
-    out, err = job.communicate(timeout=120)
-    expect(job.returncode == 75, f"SIGTERM after a checkpoint exits 75 (got {job.returncode}: {err.strip()[-300:]})")
+    _, err = job.communicate(timeout=120)
+    return job.returncode, err
+
+
+def resume_summary(args):
+    """SIGTERM after a checkpoint (exit 75), then the same command with --run.resume=auto: the closing
+    line counts the whole run's steps and says how many this start ran."""
+    import subprocess
+    steps = 1000
+    cmd = [args.mpiexec, "-n", "2", args.divsim, *(a for a in SMALL if not a.startswith("--train.steps")),
+           f"--train.steps={steps}", "--run.checkpoint_every=20", "--run.out=r.h5"]
+    code, err = terminate_after_checkpoint(args, cmd, os.path.join(args.workdir, "r.h5.ckpt"))
+    expect(code == 75, f"SIGTERM after a checkpoint exits 75 (got {code}: {err.strip()[-300:]})")
     done = subprocess.run([*cmd, "--run.resume=auto"], cwd=args.workdir, capture_output=True, text=True, timeout=600)
     expect(done.returncode == 0, f"the resumed start completes ({done.stderr.strip()[-300:]})")
     line = done.stdout.strip().splitlines()[-1]
@@ -254,10 +261,31 @@ def resume_summary(args):
            f"the summary counts the whole run and this start: {line!r}")
 
 
+def resume_bitwise_resnet(args):
+    """A ResNet (BatchNorm2d running statistics, momentum, residual adds) stopped by SIGTERM after a
+    checkpoint and resumed writes the file an uninterrupted run writes: every dataset bit for bit."""
+    import subprocess
+    base = [args.divsim, "--model.type=resnet", "--model.channels=8,16", "--data.train_size=2048",
+            "--data.test_size=500", "--batch.global=64", "--dist.world_size=4", "--train.steps=60",
+            "--train.eval_every=20", "--record.layers_every=5", "--run.checkpoint_every=10"]
+    run(args, [*base[1:], "--run.out=whole.h5"])
+    cmd = [args.mpiexec, "-n", "2", *base, "--run.out=cut.h5"]
+    code, err = terminate_after_checkpoint(args, cmd, os.path.join(args.workdir, "cut.h5.ckpt"))
+    expect(code == 75, f"SIGTERM after a checkpoint exits 75 (got {code}: {err.strip()[-300:]})")
+    done = subprocess.run([*cmd, "--run.resume=auto"], cwd=args.workdir, capture_output=True, text=True, timeout=600)
+    expect(done.returncode == 0, f"the resumed start completes ({done.stderr.strip()[-300:]})")
+    whole, cut = (datasets(os.path.join(args.workdir, n)) for n in ("whole.h5", "cut.h5"))
+    timing = ("time", "wall", "seconds")
+    keys = [k for k in whole if not any(t in k for t in timing)]
+    expect(sorted(keys) == sorted(k for k in cut if not any(t in k for t in timing)), "the same datasets")
+    differ = [k for k in keys if not same_bits(whole[k], cut[k])]
+    expect(not differ, f"{len(keys)} datasets bit for bit equal to the uninterrupted run (differing: {differ})")
+
+
 if __name__ == "__main__":
     commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
                 "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source,
                 "step-allocations": step_allocations, "oversubscription": oversubscription,
-                "resume-summary": resume_summary}
+                "resume-summary": resume_summary, "resume-bitwise-resnet": resume_bitwise_resnet}
     a = parse_args(list(commands))
     commands[a.command](a)
