@@ -37,6 +37,8 @@ const std::map<std::string, LayerSpec>& examples() {
       {"layernorm", {"layernorm", "ln", {{3, 8}}, {}}},
       {"gelu", {"gelu", "gelu", {{3, 5}}, {{"tanh", 1}}}},
       {"attention", {"attention", "attn", {{4, 12}}, {{"heads", 2}, {"causal", 1}}}},
+      {"patch_tokens", {"patch_tokens", "tokens", {{3, 2, 2}}, {}}},
+      {"class_token", {"class_token", "cls", {{4, 3}}, {}}},
   };
   return specs;
 }
