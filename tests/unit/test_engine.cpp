@@ -3,7 +3,8 @@
 // when torch cannot be imported); dropout masks; deterministic chunk slots vs the mpi mode;
 // SyncBatchNorm over two logical ranks in one process vs one rank holding their batch; matmul precision
 // emulation; evaluation with running statistics.
-// Everything runs in this one process (a world of one); reducers are the real ones on MPI_COMM_WORLD.
+// Everything runs in this one process (a world of one); reducers are the real ones on MPI_COMM_WORLD
+// (engine_rig.hpp sets the model, engine and replicas up).
 // Not here: the layers one by one (test_layers.cpp), the step loop and the optimizer (train/trainer).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -27,6 +28,7 @@
 #include "data/dataset.hpp"
 #include "model/model.hpp"
 #include "numerics/philox.hpp"
+#include "engine_rig.hpp"
 #include "torch_peer.hpp"
 #include "train/step_engine.hpp"
 
@@ -34,11 +36,15 @@ using namespace divsim;
 
 using divsim::test::exact;
 using divsim::test::hex_list;
+using divsim::test::kSeed;
+using divsim::test::make_dataset;
+using divsim::test::range;
+using divsim::test::Rig;
+using divsim::test::RigSpec;
 using divsim::test::run_python;
 
 namespace {
 
-constexpr std::uint64_t kSeed = 11;
 constexpr double kBnEps = ModelSection{}.bn_eps;
 
 ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double dropout) {
@@ -48,110 +54,6 @@ ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double 
   c.dropout = dropout;
   return c;
 }
-
-// In-memory data: standard normal features, labels drawn uniformly, keyed by `what`.
-Dataset make_dataset(std::int64_t n, std::int64_t dim, std::int64_t classes, std::uint32_t what = 1) {
-  Dataset d;
-  d.n = n;
-  d.dim = dim;
-  d.classes = classes;
-  const KeyedStream xs(77, Stream::synthetic, what, 0), ys(77, Stream::synthetic, what, 1);
-  d.x.resize(static_cast<std::size_t>(n * dim));
-  for (std::size_t i = 0; i < d.x.size(); ++i) d.x[i] = static_cast<float>(xs.normal(i));
-  d.y.resize(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < d.y.size(); ++i)
-    d.y[i] = static_cast<std::int32_t>(ys.below(i, static_cast<std::uint64_t>(classes)));
-  return d;
-}
-
-std::vector<std::int64_t> range(std::int64_t first, std::int64_t count) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(count));
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
-
-struct RigSpec {
-  ModelSection model;
-  std::int64_t micro = 8, chunk = 0;  // chunk 0: the whole micro-batch
-  int accum = 1, world_size = 1, ranks = 1;
-  ReduceMode reduce = ReduceMode::mpi;
-  bool sync_bn = false;
-  double smoothing = 0.0;
-};
-
-EngineSettings settings_for(const RigSpec& s) {
-  EngineSettings es;
-  es.plan = BatchPlan{s.world_size, s.micro, s.accum, s.micro * s.accum * s.world_size};
-  es.chunk = s.chunk > 0 ? s.chunk : s.micro;
-  es.deterministic = s.reduce == ReduceMode::deterministic;
-  es.sync_bn = s.sync_bn;
-  // As the step loop sets it: per-rank mean in the mpi mode, unscaled partials in the deterministic one.
-  es.grad_scale = es.deterministic ? 1.0f : 1.0f / static_cast<float>(es.plan.per_rank_step());
-  return es;
-}
-
-ReduceLayout layout_for(const Model& m, const RigSpec& s) {
-  ReduceLayout rl;
-  rl.world_size = s.world_size;
-  rl.rank_count = s.ranks;
-  rl.num_params = m.num_params();
-  for (const ParamTensor& t : m.tensors()) rl.tensors.emplace_back(t.offset, t.size);
-  return rl;
-}
-
-// A model, its engine and this process's replicas (identically initialised), as Run sets them up.
-struct Rig {
-  Rig(const RigSpec& spec, const Dataset& data)
-      : model(spec.model, {data.dim}, data.classes),
-        reducer(make_reducer(spec.reduce, MPI_COMM_WORLD, layout_for(model, spec))),
-        engine(model, data, *reducer, settings_for(spec)),
-        replicas(static_cast<std::size_t>(spec.ranks)),
-        micro(spec.micro),
-        accum(spec.accum) {
-    for (std::size_t k = 0; k < replicas.size(); ++k) {
-      Replica& r = replicas[k];
-      r.rank = static_cast<int>(k);
-      engine.allocate(r);
-      model.init_parameters(r.params, kSeed);
-      model.init_buffers(r.buffers);
-      r.knobs.loss.label_smoothing = spec.smoothing;
-      r.knobs.dropout_seed = kSeed;
-    }
-  }
-
-  // One optimizer step's forward and backward; replica k's micro-step j uses samples[k][j*micro, (j+1)*micro).
-  void run_step(std::int64_t step, const std::vector<std::vector<std::int64_t>>& samples) {
-    for (Replica& r : replicas) {
-      std::fill(r.grads.begin(), r.grads.end(), 0.0f);
-      std::fill(r.loss_parts.begin(), r.loss_parts.end(), 0.0);
-      r.loss_sum = 0.0;
-      r.correct = 0;
-    }
-    for (int j = 0; j < accum; ++j) {
-      for (std::size_t k = 0; k < replicas.size(); ++k)
-        std::copy_n(samples[k].begin() + j * micro, micro, replicas[k].samples.begin());
-      engine.run_micro(replicas, step, j, nullptr);
-    }
-  }
-
-  // The reducer's sum over all replicas and slots / divisor, into the first num_params floats of each.
-  void reduce(double divisor) {
-    std::vector<std::span<float>> spans;
-    for (Replica& r : replicas) spans.emplace_back(r.grads);
-    reducer->allreduce_gradients(spans, engine.grad_parts(), divisor);
-  }
-
-  std::span<const float> grad(const Replica& r, std::size_t slot = 0) const {
-    return {r.grads.data() + slot * model.num_params(), model.num_params()};
-  }
-
-  Model model;
-  std::unique_ptr<Reducer> reducer;
-  StepEngine engine;
-  std::vector<Replica> replicas;
-  std::int64_t micro;
-  int accum;
-};
 
 // The test's own view of an mlp layer, in the first version's terms: the references below are written
 // against it, independently of how src/model runs the layers. In a chain layer l's output is activation

@@ -67,7 +67,8 @@ std::string shape_tuple(std::int64_t rows, const Shape& s) {
   return out + ")";
 }
 
-// got vs want: max abs err <= rel * max |want|, printed either way.
+}  // namespace
+
 void expect_close(const std::string& what, std::span<const float> got, const std::vector<double>& want, double rel) {
   ASSERT_EQ(got.size(), want.size()) << what << ": torch printed another size";
   double err = 0, scale = 0;
@@ -80,8 +81,6 @@ void expect_close(const std::string& what, std::span<const float> got, const std
               tol, err <= tol ? "OK" : "NOT OK");
   EXPECT_LE(err, tol) << what;
 }
-
-}  // namespace
 
 bool check_layer_against_torch(const TorchLayerCase& c, std::string& skipped) {
   LayerBench bench(c.spec, c.rows, c.input_scale);

@@ -15,6 +15,9 @@ namespace divsim::test {
 std::string exact(double v);                    // a Python expression for v, bit for bit
 std::string hex_list(std::span<const float> v);  // "0x1.8p-1 ..." for h() in the scripts
 
+// got vs want: max abs err <= rel * max |want| (gtest expectation), the comparison printed either way.
+void expect_close(const std::string& what, std::span<const float> got, const std::vector<double>& want, double rel);
+
 // Runs `script` with /usr/bin/python3; returns stdout+stderr lines keyed by their first word. A script
 // that prints NO_TORCH (its `import torch` failed) makes the caller skip.
 std::map<std::string, std::vector<double>> run_python(const std::string& script, std::string& raw);
