@@ -41,7 +41,7 @@ struct ModelSection {
   std::string type = "mlp";                        // a registered model (model/models/)
   std::vector<std::int64_t> hidden = {256, 128};  // mlp: hidden widths, e.g. "256,128"
   bool batchnorm = false;
-  double dropout = 0.0;      // drop probability after each hidden ReLU
+  double dropout = 0.0;      // drop probability after each hidden ReLU (vit: after attn.proj and mlp.fc2)
   double bn_momentum = 0.1;  // PyTorch convention: running = (1-m)*running + m*batch
   double bn_eps = 1e-5;
   std::vector<std::int64_t> channels = {16, 32, 64};  // resnet: channels of each stage
