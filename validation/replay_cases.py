@@ -49,6 +49,9 @@ CASES = {
     "resnet_syncbn_accum2_w2": (2, ["--model.type=resnet", "--model.channels=8,16", "--model.blocks=2",
                                     "--dist.sync_bn=true", "--batch.accum_steps=2", "--optim.lr=0.02",
                                     "--batch.global=32", "--data.test_size=1000"]),
+    # Attention, LayerNorm, GELU, patch and class tokens.
+    "vit_adamw_w2": (2, ["--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2", "--optim.type=adamw",
+                         "--optim.lr=0.001", "--batch.global=32", "--data.test_size=1000"]),
 }
 
 # Configurations outside the matrix, other widths, depths, learning rates, batch sizes, world sizes and step

@@ -259,21 +259,47 @@ ALL_AT_ONCE = {
 
 # The other models (the mlp's settings above are ignored by them): a small ResNet.
 RESNET = ["--model.type=resnet", "--model.channels=8,16", "--data.train_size=4096", "--data.test_size=500"]
+VIT = ["--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2", "--model.dropout=0.1",
+       "--data.train_size=4096", "--data.test_size=500"]
 
 
-def all_at_once(args, model=()):
+def unsynced_dropout_vit(args):
+    """Dropout masks drawn from another seed on rank 3 of a ViT (dropout after attention and MLP): rank
+    3's loss leaves the baseline at step 0 while ranks 0-2 keep the baseline's bits; the gradient is
+    still averaged, so the replicas stay in sync, on other values than the baseline's from step 1."""
+    common = [*VIT, "--batch.global=64", "--train.steps=10", "--train.eval_every=5", "--record.samples=true"]
+    run(args, [*common, "--run.out=base.h5"])
+    run(args, [*common, "--run.out=fault.h5", "--fault=unsynced_seed:stream=dropout,ranks=3"])
+    f, b = (Run(os.path.join(args.workdir, n)) for n in ("fault.h5", "base.h5"))
+    check_baseline(b)
+    expect(in_sync(f), "replicas stay in sync (the reduced gradient is shared)")
+    loss, base = f["train/loss"], b["train/loss"]
+    expect(loss[0, 3] != base[0, 3] and (loss[0, :3] == base[0, :3]).all(),
+           "step 0: rank 3's loss differs from the baseline, ranks 0-2 are identical")
+    expect((f["train/param_hash"][1:, 0] != b["train/param_hash"][1:, 0]).all(), "parameters leave the baseline from step 1")
+
+
+def all_at_once(args, model=(), without=()):
+    """`without`: faults whose mechanism the model lacks; each must be refused with an error naming it."""
     catalog = sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "inputs", "faults")) if n.endswith(".ini"))
     names = sorted(spec.split(":")[0] for spec in ALL_AT_ONCE)
     expect(names == catalog, f"one spec for each fault of inputs/faults/ ({len(catalog)})")
-    run(args, ["--model.hidden=64,32", "--model.batchnorm=true", "--loss.type=asl", "--loss.margin=0.1",
+    options = ["--model.hidden=64,32", "--model.batchnorm=true", "--loss.type=asl", "--loss.margin=0.1",
                "--batch.global=64", "--batch.accum_steps=2", "--dist.reduce=ring", "--precision.amp=fp16",
                "--train.steps=24", "--train.eval_every=8", "--record.layers_every=2", "--record.samples=true",
-               "--run.out=all.h5", *model, *(f"--fault={spec}" for spec in ALL_AT_ONCE)])
+               "--run.out=all.h5", *model]
+    specs = {spec: where for spec, where in ALL_AT_ONCE.items() if spec.split(":")[0] not in without}
+    for spec in ALL_AT_ONCE:
+        if spec.split(":")[0] in without:
+            refused = run(args, [*options, f"--fault={spec}"], check=False)
+            expect(refused.returncode == 2 and "needs a model with" in refused.stderr,
+                   f"{spec} refused with the missing layer named: {refused.stderr.strip()[-200:]}")
+    run(args, [*options, *(f"--fault={spec}" for spec in specs)])
     r = Run(os.path.join(args.workdir, "all.h5"))
     with h5py.File(os.path.join(args.workdir, "all.h5"), "r") as f:
         listed = sorted(f["faults"]["spec"].astype(str))
-    expect(listed == sorted(ALL_AT_ONCE), "/faults lists every spec")
-    for spec, where in ALL_AT_ONCE.items():
+    expect(listed == sorted(specs), "/faults lists every spec")
+    for spec, where in specs.items():
         kind = spec.split(":")[0]
         got = [e[:2] for e in events_of(r, kind)]
         expect(got == where, f"{kind}: events at (step, rank) {where}")
@@ -357,7 +383,8 @@ def baseline_comments(args):
 if __name__ == "__main__":
     from divsim_testlib import parse_args
     commands = {"all_at_once_resnet": lambda a: all_at_once(a, RESNET),
-                "bn_drift_resnet": lambda a: bn_drift(a, [*RESNET, "--batch.global=64", "--train.steps=40"])}
+                "bn_drift_resnet": lambda a: bn_drift(a, [*RESNET, "--batch.global=64", "--train.steps=40"]),
+                "all_at_once_vit": lambda a: all_at_once(a, VIT, without=("bn_drift",)), "unsynced_dropout_vit": unsynced_dropout_vit}
     commands |= {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",

@@ -53,6 +53,10 @@ divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py
 # The same on a ResNet (BatchNorm2d, convolutions, residual adds), and bn_drift's signature there.
 divsim_mpi_test(NAME fault.all_at_once.resnet LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once_resnet --ranks 4)
 divsim_mpi_test(NAME fault.bn_drift.resnet LABELS "mpi;faults" SCRIPT test_faults.py ARGS bn_drift_resnet --ranks 4 --procs 2)
+# And on a ViT (attention, LayerNorm, dropout): every fault at once, and unsynced dropout masks.
+divsim_mpi_test(NAME fault.all_at_once.vit LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once_vit --ranks 4)
+divsim_mpi_test(NAME fault.unsynced_dropout.vit LABELS "mpi;faults" SCRIPT test_faults.py ARGS unsynced_dropout_vit
+                --ranks 4 --procs 2)
 divsim_mpi_test(NAME fault.baseline_comments LABELS "mpi;faults" SCRIPT test_faults.py ARGS baseline_comments)
 # Every fault alone at W=8 for 6 steps: on 8 processes, one rank each (every fault, ~7 s a run: each
 # parallel HDF5 write is a collective of 8 busy-polling processes on 2 cores), and on virtual ranks, 4
@@ -62,7 +66,8 @@ divsim_mpi_test(NAME fault.every_mode_w8.virtual LABELS "mpi;faults" SCRIPT test
                 TIMEOUT 900)
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
-foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree invariance_resnet derived_accumulation
+foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree invariance_resnet invariance_vit
+             derived_accumulation
              ring_buckets world_size_noise virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()
