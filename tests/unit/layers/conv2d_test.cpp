@@ -57,7 +57,7 @@ TEST(LayerStyle, Conv2dChunksAndBlocks) {
   std::vector<std::vector<float>> saved;
   for (const SavedSpec& s : layer->saved()) saved.emplace_back(static_cast<std::size_t>(s.per_sample * kRows));
   const OperandRounding round(MatmulFormat::fp32, {});
-  std::vector<float> y(kRows * out);
+  std::vector<float> y(kRows * out), work(static_cast<std::size_t>(layer->workspace(kRows)));
 
   // The pass over rows [first, first + rows): per-row pointers at its first row.
   const auto pass = [&](std::int64_t first, std::int64_t rows, std::vector<float*>& saved_at) {
@@ -69,6 +69,7 @@ TEST(LayerStyle, Conv2dChunksAndBlocks) {
     p.x[0] = x.data() + first * static_cast<std::int64_t>(in);
     p.y = y.data() + first * static_cast<std::int64_t>(out);
     p.saved = saved_at;
+    p.work = work;
     p.params = params.data();
     p.round = &round;
     p.dy = dy.data() + first * static_cast<std::int64_t>(out);
