@@ -5,8 +5,8 @@
 // Inputs, weights and dy are fixed patterns; no results are checked (the unit tests do that).
 //
 // usage: divsim_conv_rate B C H W OUT KERNEL STRIDE PADDING [repeats, default 20]
-// prints "<forward ms> <forward+backward ms>": the minimum over the repeats of each (after one untimed
-// round that touches every buffer).
+// prints "<forward ms> <forward+backward ms> <backward_params ms> <backward_input ms>": the minimum over
+// the repeats of each (after one untimed round that touches every buffer).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -84,19 +84,23 @@ int main(int argc, char** argv) {
   p.grads = grads.data();
   p.write = divsim::GradWrite::overwrite;
 
-  double fwd = std::numeric_limits<double>::infinity(), step = fwd;
+  double fwd = std::numeric_limits<double>::infinity(), step = fwd, params_ms = fwd, input_ms = fwd;
   for (long r = -1; r < repeats; ++r) {
     auto t0 = Clock::now();
     layer->forward(p);
     const double f = ms_since(t0);
     t0 = Clock::now();
     layer->forward(p);
+    const auto t1 = Clock::now();
     layer->backward_params(p);
+    const auto t2 = Clock::now();
     layer->backward_input(p);
     const double s = ms_since(t0);
     if (r >= 0) {
       fwd = std::min(fwd, f);
       step = std::min(step, s);
+      params_ms = std::min(params_ms, std::chrono::duration<double, std::milli>(t2 - t1).count());
+      input_ms = std::min(input_ms, ms_since(t2));
     }
   }
   double check = 0.0;
@@ -104,6 +108,6 @@ int main(int argc, char** argv) {
   for (float v : dx) check += v;
   for (float v : grads) check += v;
   std::fprintf(stderr, "checksum %g\n", check);
-  std::printf("%.3f %.3f\n", fwd, step);
+  std::printf("%.3f %.3f %.3f %.3f\n", fwd, step, params_ms, input_ms);
   return 0;
 }

@@ -38,7 +38,7 @@ def divsim_ms(exe, batch, shape, calls):
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{exe} failed: {r.stderr.strip()}")
-    fwd, step = r.stdout.split()
+    fwd, step = r.stdout.split()[:2]
     return float(fwd), float(step)
 
 

@@ -57,6 +57,8 @@ inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
 // Register tiles: forward/input products kMR rows x kNV vectors, weight gradient kGR rows x kGN taps.
 constexpr int kMR = 4, kNV = 6, kGR = 4, kGN = 6;
+// Channel-vectorised tiles (kCR positions or taps x 2 vectors of channels, kCR4 x 4), 4 only on AVX-512.
+constexpr int kCR = 12, kCR4 = 6;
 #elif defined(__AVX2__) && defined(__FMA__)
 struct V {
   __m256 lo, hi;
@@ -70,6 +72,7 @@ inline void vstore(float* p, V a) {
   _mm256_storeu_ps(p + 8, a.hi);
 }
 constexpr int kMR = 4, kNV = 1, kGR = 2, kGN = 2;
+constexpr int kCR = 3, kCR4 = 0;
 #else
 struct V {
   float l[kLanes];
@@ -91,6 +94,7 @@ inline V vfma(V a, V b, V c) {
 }
 inline void vstore(float* p, V a) { std::memcpy(p, a.l, sizeof a.l); }
 constexpr int kMR = 2, kNV = 1, kGR = 2, kGN = 2;
+constexpr int kCR = 2, kCR4 = 0;
 #endif
 
 // out[i][16 v + l] = sum over r of panel[r MR + i] base[off[r] + 16 v + l], for i < MR, v < NV: one
@@ -194,6 +198,98 @@ void gradient_rows(int mr, int nr, const float* dy, std::int64_t ldd, std::int64
   gradient_taps<MR>(nr, dy, ldd, dy_step, base, base_step, n, off, nq, acc, acc_row);
 }
 
+// The same products vectorised over the rows m instead (M a multiple of 32), for outputs with few
+// positions, where 16-position vectors would carry many dropped columns: out[i][m0 + 16 v + l] =
+// sum over r of at[r lda + m0 + 16 v + l] at[i][off[r]], i < MR positions (at[i] = base + that position),
+// v < NV. Every element is the same FMA chain as in product_tile, so the same bits.
+template <int MR, int NV>
+void channel_tile(const float* at, std::int64_t lda, const std::int32_t* off, std::int64_t R, const float* const* at_pos,
+                  float* out, std::int64_t ldo) {
+  V acc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vzero();
+  for (std::int64_t r = 0; r < R; ++r) {
+    V a[NV];
+    for (int v = 0; v < NV; ++v) a[v] = vload(at + r * lda + v * kLanes);
+    const std::int32_t o = off[r];
+    for (int i = 0; i < MR; ++i) {
+      const V x = vset(at_pos[i][o]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = vfma(a[v], x, acc[i][v]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) vstore(out + i * ldo + v * kLanes, acc[i][v]);
+}
+
+template <int NV, int MR = 1>
+void channel_positions(int mr, const float* at, std::int64_t lda, const std::int32_t* off, std::int64_t R,
+                       const float* const* at_pos, float* out, std::int64_t ldo) {
+  constexpr int kMax = NV == 4 ? kCR4 : kCR;
+  if constexpr (MR < kMax)
+    if (mr != MR) return channel_positions<NV, MR + 1>(mr, at, lda, off, R, at_pos, out, ldo);
+  channel_tile<MR, NV>(at, lda, off, R, at_pos, out, ldo);
+}
+
+// out (positions, M), channels-last: out[p][m] = sum over r < R of at[r][m] base[off[r] + position[p]].
+void channel_product(const float* at, std::int64_t M, const std::int32_t* off, std::int64_t R, const float* base,
+                     const std::int32_t* position, std::int64_t positions, float* out) {
+  const float* at_pos[kCR];
+  for (std::int64_t m0 = 0; m0 < M; m0 += 2 * kLanes) {
+    const bool four = kCR4 > 0 && M - m0 >= 4 * kLanes;
+    const int width = four ? kCR4 : kCR;
+    for (std::int64_t p0 = 0; p0 < positions; p0 += width) {
+      const int mr = static_cast<int>(std::min<std::int64_t>(width, positions - p0));
+      for (int i = 0; i < mr; ++i) at_pos[i] = base + position[p0 + i];
+      if constexpr (kCR4 > 0)
+        if (four) {
+          channel_positions<4>(mr, at + m0, M, off, R, at_pos, out + p0 * M + m0, M);
+          continue;
+        }
+      channel_positions<2>(mr, at + m0, M, off, R, at_pos, out + p0 * M + m0, M);
+    }
+    if (four) m0 += 2 * kLanes;
+  }
+}
+
+// The weight gradient vectorised over the K output channels (K a multiple of 32): acc[r0 + j][m0 + 16 v + l]
+// (rows of K floats) += over samples s < n, in order, and positions p in order: x_s[off[r0 + j] +
+// position[p]] dyt_s[p][m0 + 16 v + l], dyt the sample's dy channels-last. One chain per element.
+template <int MR, int NV>
+void channel_gradient_tile(const float* dyt, std::int64_t K, std::int64_t dy_step, const float* base, std::int64_t base_step,
+                           std::int64_t n, const std::int32_t* off, const std::int32_t* position, std::int64_t positions,
+                           float* acc) {
+  V a[MR][NV];
+  for (int j = 0; j < MR; ++j)
+    for (int v = 0; v < NV; ++v) a[j][v] = vload(acc + j * K + v * kLanes);
+  for (std::int64_t s = 0; s < n; ++s) {
+    const float* d = dyt + s * dy_step;
+    const float* b[MR];
+    for (int j = 0; j < MR; ++j) b[j] = base + s * base_step + off[j];
+    for (std::int64_t p = 0; p < positions; ++p) {
+      V g[NV];
+      for (int v = 0; v < NV; ++v) g[v] = vload(d + p * K + v * kLanes);
+      const std::int32_t q = position[p];
+      for (int j = 0; j < MR; ++j) {
+        const V x = vset(b[j][q]);
+        for (int v = 0; v < NV; ++v) a[j][v] = vfma(g[v], x, a[j][v]);
+      }
+    }
+  }
+  for (int j = 0; j < MR; ++j)
+    for (int v = 0; v < NV; ++v) vstore(acc + j * K + v * kLanes, a[j][v]);
+}
+
+template <int NV, int MR = 1>
+void channel_gradient_taps(int mr, const float* dyt, std::int64_t K, std::int64_t dy_step, const float* base,
+                           std::int64_t base_step, std::int64_t n, const std::int32_t* off, const std::int32_t* position,
+                           std::int64_t positions, float* acc) {
+  constexpr int kMax = NV == 4 ? kCR4 : kCR;
+  if constexpr (MR < kMax)
+    if (mr != MR)
+      return channel_gradient_taps<NV, MR + 1>(mr, dyt, K, dy_step, base, base_step, n, off, position, positions, acc);
+  channel_gradient_tile<MR, NV>(dyt, K, dy_step, base, base_step, n, off, position, positions, acc);
+}
+
 // The 16 lanes summed in a fixed tree: lanes l and l + 8, then l + 4, l + 2, l + 1.
 float lane_sum(const float* lanes) {
   float a[kLanes];
@@ -254,13 +350,24 @@ class Conv2d final : public Layer {
     const std::span<float> rounded = p.work.subspan(static_cast<std::size_t>(out_ * field_ + planes_size_ + out_ * ldq_),
                                                     static_cast<std::size_t>(c_ * h_ * w_));
     const ConstMatView w = (*p.round)(OperandRounding::weight, ConstMatView(weight_of(p, 0), out_, field_));
-    pack_panels(w.data(), out_, field_, identity_.data(), field_, panels);
+    if (channels_)
+      transpose_weights(w.data(), panels);
+    else
+      pack_panels(w.data(), out_, field_, identity_.data(), field_, panels);
     const float* b = bias_ ? weight_of(p, 1) : nullptr;
     for (std::int64_t i = 0; i < p.rows; ++i) {
       const ConstMatView x = p.round->into(ConstMatView(p.x[0] + i * c_ * h_ * w_, 1, c_ * h_ * w_), rounded);
       build_planes(x.data(), planes);
-      implicit_product(panels, out_, offsets_.data(), field_, planes, ldq_ / kLanes, product, ldq_);
       float* y = p.y + i * out_ * positions_;
+      if (channels_) {
+        channel_product(panels, out_, offsets_.data(), field_, planes, positions_at_.data(), positions_, product);
+        for (std::int64_t o = 0; o < out_; ++o) {
+          const float bo = b ? b[o] : 0.0f;
+          for (std::int64_t q = 0; q < positions_; ++q) y[o * positions_ + q] = b ? product[q * out_ + o] + bo : product[q * out_ + o];
+        }
+        continue;
+      }
+      implicit_product(panels, out_, offsets_.data(), field_, planes, ldq_ / kLanes, product, ldq_);
       for (std::int64_t o = 0; o < out_; ++o)
         for (std::int64_t r = 0; r < oh_; ++r) {
           const float* from = product + o * ldq_ + r * wq_;
@@ -294,6 +401,18 @@ class Conv2d final : public Layer {
         const std::int64_t row = s0 + i;
         build_planes(p.round->into(ConstMatView(p.x[0] + row * c_ * h_ * w_, 1, c_ * h_ * w_), rounded_x).data(), planes);
         const float* dy = p.round->into(ConstMatView(p.dy + row * out_ * positions_, 1, out_ * positions_), rounded_dy).data();
+        if (channels_) {  // dy channels-last, (H' W', K)
+          for (std::int64_t o = 0; o < out_; ++o) {
+            float sum = sums[o];
+            for (std::int64_t q = 0; q < positions_; ++q) {
+              const float v = dy[o * positions_ + q];
+              dyq[q * out_ + o] = v;
+              sum += v;
+            }
+            sums[o] = sum;
+          }
+          continue;
+        }
         for (std::int64_t o = 0; o < out_; ++o) {
           float* to = dyq + o * ldq_;
           std::fill_n(to, ldq_, 0.0f);
@@ -307,6 +426,27 @@ class Conv2d final : public Layer {
           sums[o] = sum;
         }
       }
+      if (channels_) {
+        for (std::int64_t m0 = 0; m0 < out_; m0 += 2 * kLanes) {
+          const bool four = kCR4 > 0 && out_ - m0 >= 4 * kLanes;
+          const int width = four ? kCR4 : kCR;
+          for (std::int64_t r0 = 0; r0 < R; r0 += width) {
+            const int mr = static_cast<int>(std::min<std::int64_t>(width, R - r0));
+            const float* dyt = group + planes_size_ + m0;
+            float* acc = lanes + r0 * out_ + m0;
+            if constexpr (kCR4 > 0)
+              if (four) {
+                channel_gradient_taps<4>(mr, dyt, out_, sample, group, sample, n, offsets_.data() + r0, positions_at_.data(),
+                                         positions_, acc);
+                continue;
+              }
+            channel_gradient_taps<2>(mr, dyt, out_, sample, group, sample, n, offsets_.data() + r0, positions_at_.data(),
+                                     positions_, acc);
+          }
+          if (four) m0 += 2 * kLanes;
+        }
+        continue;
+      }
       for (std::int64_t m0 = 0; m0 < out_; m0 += kGR)
         for (std::int64_t r0 = 0; r0 < R; r0 += kGN)
           gradient_rows(static_cast<int>(std::min<std::int64_t>(kGR, out_ - m0)), static_cast<int>(std::min<std::int64_t>(kGN, R - r0)),
@@ -314,10 +454,17 @@ class Conv2d final : public Layer {
                         lanes + m0 * acc_row + r0 * kLanes, acc_row);
     }
     float* dw = grad_of(p, 0);
-    for (std::int64_t i = 0; i < out_ * R; ++i) {
-      const float v = lane_sum(lanes + i * kLanes);
-      dw[i] = accumulate ? dw[i] + v : v;
-    }
+    if (channels_)  // lanes holds dw^T (C k k, K), one sum per element
+      for (std::int64_t o = 0; o < out_; ++o)
+        for (std::int64_t r = 0; r < R; ++r) {
+          const float v = lanes[r * out_ + o];
+          dw[o * R + r] = accumulate ? dw[o * R + r] + v : v;
+        }
+    else
+      for (std::int64_t i = 0; i < out_ * R; ++i) {
+        const float v = lane_sum(lanes + i * kLanes);
+        dw[i] = accumulate ? dw[i] + v : v;
+      }
     if (!bias_) return;
     float* db = grad_of(p, 1);
     for (std::int64_t o = 0; o < out_; ++o) db[o] = accumulate ? db[o] + sums[o] : sums[o];
@@ -332,9 +479,14 @@ class Conv2d final : public Layer {
     const std::span<float> rounded = p.work.subspan(static_cast<std::size_t>(input_panels_ + dy_planes_size_ + c_ * phase_ldq_),
                                                     static_cast<std::size_t>(out_ * positions_));
     const ConstMatView w = (*p.round)(OperandRounding::weight, ConstMatView(weight_of(p, 0), out_, field_));
-    for (const Phase& ph : phases_)
-      if (!ph.columns.empty())
-        pack_panels(w.data(), c_, k_ * k_, ph.columns.data(), static_cast<std::int64_t>(ph.columns.size()), panels + ph.panels);
+    for (const Phase& ph : phases_) {
+      const auto R = static_cast<std::int64_t>(ph.columns.size());
+      if (input_channels_)  // (R, C): [r][c] = w[column[r] + c k k]
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t c = 0; c < c_; ++c) panels[ph.panels + r * c_ + c] = w.data()[ph.columns[static_cast<std::size_t>(r)] + c * k_ * k_];
+      else if (R > 0)
+        pack_panels(w.data(), c_, k_ * k_, ph.columns.data(), R, panels + ph.panels);
+    }
     std::fill_n(dyp, dy_planes_size_, 0.0f);
     for (std::int64_t i = 0; i < p.rows; ++i) {
       const float* dy = p.round->into(ConstMatView(p.dy + i * out_ * positions_, 1, out_ * positions_), rounded).data();
@@ -345,6 +497,13 @@ class Conv2d final : public Layer {
       float* dx = p.dx[0] + i * c_ * h_ * w_;
       for (const Phase& ph : phases_) {
         const std::int64_t R = static_cast<std::int64_t>(ph.columns.size());
+        if (input_channels_ && R > 0) {
+          const auto n = static_cast<std::int64_t>(ph.positions.size());
+          channel_product(panels + ph.panels, c_, ph.offsets.data(), R, dyp, ph.positions.data(), n, product);
+          for (std::int64_t c = 0; c < c_; ++c)
+            for (std::int64_t q = 0; q < n; ++q) dx[c * h_ * w_ + ph.targets[static_cast<std::size_t>(q)]] = product[q * c_ + c];
+          continue;
+        }
         if (R > 0) implicit_product(panels + ph.panels, c_, ph.offsets.data(), R, dyp, ph.nq, product, phase_ldq_);
         for (std::int64_t c = 0; c < c_; ++c)
           for (std::int64_t r = ph.i0; r < ph.i1; ++r) {
@@ -387,6 +546,15 @@ class Conv2d final : public Layer {
           reach = std::max(reach, off + ldq_);
         }
     planes_size_ = std::max(used_planes_ * c_ * hq_ * wq_, reach);
+    for (std::int64_t r = 0; r < oh_; ++r)
+      for (std::int64_t c = 0; c < ow_; ++c) positions_at_.push_back(static_cast<std::int32_t>(r * wq_ + c));
+    channels_ = out_ % (2 * kLanes) == 0 && 10 * positions_ < 9 * ldq_;
+  }
+
+  // w (K, C k k) -> (C k k, K), the channel-vectorised products' operand.
+  void transpose_weights(const float* w, float* at) const {
+    for (std::int64_t o = 0; o < out_; ++o)
+      for (std::int64_t r = 0; r < field_; ++r) at[r * out_ + o] = w[o * field_ + r];
   }
 
   // A sample's rounded input into its phase planes: plane (ry, rx) of channel c, row i, column j holds
@@ -426,6 +594,7 @@ class Conv2d final : public Layer {
     std::int64_t ry = 0, rx = 0, i0 = 0, i1 = 0, j0 = 0, j1 = 0, nq = 0, panels = 0;
     std::vector<std::int64_t> columns;  // weight index (k, kh, kw) of each tap, less c's part
     std::vector<std::int32_t> offsets;  // its row's offset into the padded dy
+    std::vector<std::int32_t> positions, targets;  // valid (i, j): product position, input index ih W + iw
   };
 
   void plan_input_gradient() {
@@ -442,7 +611,7 @@ class Conv2d final : public Layer {
     }
     hd_ = rows + taps_ - 1;
     wd_ = cols + taps_ - 1;
-    std::int64_t reach = out_ * hd_ * wd_, panels = 0;
+    std::int64_t reach = out_ * hd_ * wd_, panels = 0, valid = 0, computed = 0;
     for (std::int64_t ry = 0; ry < s; ++ry)
       for (std::int64_t rx = 0; rx < s; ++rx) {
         Phase ph;
@@ -465,12 +634,20 @@ class Conv2d final : public Layer {
               ph.offsets.push_back(static_cast<std::int32_t>(off));
               reach = std::max(reach, off + ph.nq * kLanes);
             }
+        for (std::int64_t i = ph.i0; i < ph.i1; ++i)
+          for (std::int64_t j = ph.j0; j < ph.j1; ++j) {
+            ph.positions.push_back(static_cast<std::int32_t>((i - ph.i0) * wd_ + j - ph.j0));
+            ph.targets.push_back(static_cast<std::int32_t>((s * i + ry - pad_) * w_ + s * j + rx - pad_));
+          }
+        valid += (ph.i1 - ph.i0) * (ph.j1 - ph.j0);
+        computed += ph.nq * kLanes;
         ph.panels = panels;
         panels += c_ * static_cast<std::int64_t>(ph.columns.size());
         phases_.push_back(std::move(ph));
       }
     input_panels_ = panels;
     dy_planes_size_ = reach;
+    input_channels_ = c_ % (2 * kLanes) == 0 && 10 * valid < 9 * computed;
   }
 
   std::int64_t c_ = 0, h_ = 0, w_ = 0, out_ = 0, k_ = 1, stride_ = 1, pad_ = 0;
@@ -481,6 +658,11 @@ class Conv2d final : public Layer {
   std::vector<std::int64_t> plane_slot_;  // phase ry s + rx -> its planes' slot, -1 when no tap reads it
   std::vector<std::int32_t> offsets_;     // tap r = (c, kh, kw) -> its row's offset into the planes
   std::vector<std::int64_t> identity_;    // r -> r, the forward's weight columns
+  std::vector<std::int32_t> positions_at_;  // output position oh W' + ow -> oh wq_ + ow
+  // Where less than 90% of 16-position vectors are kept (7x7, 14x14 outputs) and K (C for the input
+  // gradient) is a multiple of 32, products are vectorised over channels instead: a function of the
+  // shape only, so of no instruction set. Forward and input gradient bits do not depend on it.
+  bool channels_ = false, input_channels_ = false;
   // input gradient
   std::int64_t taps_ = 1, hd_ = 0, wd_ = 0, phase_ldq_ = 0, input_panels_ = 0, dy_planes_size_ = 0;
   std::vector<Phase> phases_;

@@ -3,9 +3,13 @@
 // weight gradient written or added, backward on other blocks of rows than forward's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "layer_bench.hpp"
 #include "torch_peer.hpp"
 
 using namespace divsim;
@@ -109,4 +113,78 @@ TEST(LayerStyle, Conv2dChunksAndBlocks) {
   b1.dx[0] = dx_block.data() + in;
   layer->backward_input(b1);
   for (std::size_t i = in; i < 3 * in; ++i) EXPECT_NEAR(dx_block[i], dx_whole[i], 1e-5f) << i;
+}
+
+namespace {
+
+// The convolution, its input gradient and weight gradient as direct sums in double, over `rows` samples.
+struct DirectConv {
+  std::int64_t C, H, W, K, k, s, pad, OH, OW;
+  double x(const std::vector<float>& in, std::int64_t n, std::int64_t c, std::int64_t ih, std::int64_t iw) const {
+    return ih < 0 || ih >= H || iw < 0 || iw >= W ? 0.0 : in[static_cast<std::size_t>(((n * C + c) * H + ih) * W + iw)];
+  }
+};
+
+}  // namespace
+
+// Shapes the torch cases do not reach: channel-vectorised products (K or C a multiple of 32 on small
+// outputs), padding as wide as the kernel, stride above the kernel; and a sample's forward output and
+// input gradient bits the same whatever rows share its block.
+TEST(LayerStyle, Conv2dMatchesDirectSums) {
+  const std::vector<std::array<std::int64_t, 7>> shapes = {
+      // C, H, W, K, kernel, stride, padding
+      {32, 5, 5, 32, 3, 1, 1}, {32, 6, 6, 64, 3, 2, 1}, {3, 7, 7, 32, 1, 2, 0}, {64, 4, 4, 16, 3, 1, 1},
+      {2, 5, 6, 3, 3, 1, 2},   {2, 4, 5, 3, 2, 3, 3},   {16, 9, 9, 32, 3, 1, 1}, {5, 8, 7, 4, 5, 2, 2},
+  };
+  constexpr std::int64_t kRows = 3;
+  for (const auto& [C, H, W, K, k, s, pad] : shapes) {
+    const LayerSpec spec{"conv2d", "c", {{C, H, W}},
+                         {{"out", static_cast<double>(K)}, {"kernel", static_cast<double>(k)},
+                          {"stride", static_cast<double>(s)}, {"padding", static_cast<double>(pad)}}};
+    test::LayerBench b(spec, kRows);
+    b.forward();
+    std::fill(b.grads.begin(), b.grads.end(), 0.0f);
+    b.backward(GradWrite::overwrite);
+    const DirectConv d{C, H, W, K, k, s, pad, (H + 2 * pad - k) / s + 1, (W + 2 * pad - k) / s + 1};
+    const std::string what = "C" + std::to_string(C) + " " + std::to_string(H) + "x" + std::to_string(W) + " K" +
+                             std::to_string(K) + " k" + std::to_string(k) + " s" + std::to_string(s) + " p" + std::to_string(pad);
+    const float* w = b.params.data();
+    const float* bias = b.params.data() + K * C * k * k;
+    std::vector<double> dx(b.dx[0].size(), 0.0), dw(static_cast<std::size_t>(K * C * k * k), 0.0);
+    double err_y = 0, err_dx = 0, err_dw = 0;
+    for (std::int64_t n = 0; n < kRows; ++n)
+      for (std::int64_t o = 0; o < K; ++o)
+        for (std::int64_t oh = 0; oh < d.OH; ++oh)
+          for (std::int64_t ow = 0; ow < d.OW; ++ow) {
+            const auto at = static_cast<std::size_t>(((n * K + o) * d.OH + oh) * d.OW + ow);
+            double y = bias[o];
+            for (std::int64_t c = 0; c < C; ++c)
+              for (std::int64_t kh = 0; kh < k; ++kh)
+                for (std::int64_t kw = 0; kw < k; ++kw) {
+                  const std::int64_t ih = oh * s - pad + kh, iw = ow * s - pad + kw;
+                  const auto wi = static_cast<std::size_t>(((o * C + c) * k + kh) * k + kw);
+                  y += w[wi] * d.x(b.x[0], n, c, ih, iw);
+                  dw[wi] += b.dy[at] * d.x(b.x[0], n, c, ih, iw);
+                  if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                    dx[static_cast<std::size_t>(((n * C + c) * H + ih) * W + iw)] += b.dy[at] * w[wi];
+                }
+            err_y = std::max(err_y, std::abs(y - b.y[at]));
+          }
+    for (std::size_t i = 0; i < dx.size(); ++i) err_dx = std::max(err_dx, std::abs(dx[i] - b.dx[0][i]));
+    for (std::size_t i = 0; i < dw.size(); ++i) err_dw = std::max(err_dw, std::abs(dw[i] - b.grads[i]));
+    EXPECT_LT(err_y, 1e-4) << what;
+    EXPECT_LT(err_dx, 1e-4) << what;
+    EXPECT_LT(err_dw, 1e-3) << what;
+
+    // The middle sample alone: the same bits of y and dx as in the block of three.
+    test::LayerBench one(spec, 1);
+    one.params = b.params;
+    const auto in = static_cast<std::ptrdiff_t>(b.x[0].size() / kRows), out = static_cast<std::ptrdiff_t>(b.y.size() / kRows);
+    std::copy(b.x[0].begin() + in, b.x[0].begin() + 2 * in, one.x[0].begin());
+    std::copy(b.dy.begin() + out, b.dy.begin() + 2 * out, one.dy.begin());
+    one.forward();
+    one.backward(GradWrite::overwrite);
+    EXPECT_TRUE(std::equal(one.y.begin(), one.y.end(), b.y.begin() + out)) << what << ": y depends on the block";
+    EXPECT_TRUE(std::equal(one.dx[0].begin(), one.dx[0].end(), b.dx[0].begin() + in)) << what << ": dx depends on the block";
+  }
 }
