@@ -401,7 +401,7 @@ class Conv2d final : public Layer {
         const std::int64_t row = s0 + i;
         build_planes(p.round->into(ConstMatView(p.x[0] + row * c_ * h_ * w_, 1, c_ * h_ * w_), rounded_x).data(), planes);
         const float* dy = p.round->into(ConstMatView(p.dy + row * out_ * positions_, 1, out_ * positions_), rounded_dy).data();
-        if (channels_) {  // dy channels-last, (H' W', K)
+        if (grad_channels_) {  // dy channels-last, (H' W', K)
           for (std::int64_t o = 0; o < out_; ++o) {
             float sum = sums[o];
             for (std::int64_t q = 0; q < positions_; ++q) {
@@ -426,7 +426,7 @@ class Conv2d final : public Layer {
           sums[o] = sum;
         }
       }
-      if (channels_) {
+      if (grad_channels_) {
         for (std::int64_t m0 = 0; m0 < out_; m0 += 2 * kLanes) {
           const bool four = kCR4 > 0 && out_ - m0 >= 4 * kLanes;
           const int width = four ? kCR4 : kCR;
@@ -454,7 +454,7 @@ class Conv2d final : public Layer {
                         lanes + m0 * acc_row + r0 * kLanes, acc_row);
     }
     float* dw = grad_of(p, 0);
-    if (channels_)  // lanes holds dw^T (C k k, K), one sum per element
+    if (grad_channels_)  // lanes holds dw^T (C k k, K), one sum per element
       for (std::int64_t o = 0; o < out_; ++o)
         for (std::int64_t r = 0; r < R; ++r) {
           const float v = lanes[r * out_ + o];
@@ -548,7 +548,9 @@ class Conv2d final : public Layer {
     planes_size_ = std::max(used_planes_ * c_ * hq_ * wq_, reach);
     for (std::int64_t r = 0; r < oh_; ++r)
       for (std::int64_t c = 0; c < ow_; ++c) positions_at_.push_back(static_cast<std::int32_t>(r * wq_ + c));
-    channels_ = out_ % (2 * kLanes) == 0 && 10 * positions_ < 9 * ldq_;
+    const bool sparse = 10 * positions_ < 9 * ldq_;
+    channels_ = out_ % (4 * kLanes) == 0 && sparse;
+    grad_channels_ = out_ % (2 * kLanes) == 0 && sparse;
   }
 
   // w (K, C k k) -> (C k k, K), the channel-vectorised products' operand.
@@ -647,7 +649,7 @@ class Conv2d final : public Layer {
       }
     input_panels_ = panels;
     dy_planes_size_ = reach;
-    input_channels_ = c_ % (2 * kLanes) == 0 && 10 * valid < 9 * computed;
+    input_channels_ = c_ % (4 * kLanes) == 0 && 10 * valid < 9 * computed;
   }
 
   std::int64_t c_ = 0, h_ = 0, w_ = 0, out_ = 0, k_ = 1, stride_ = 1, pad_ = 0;
@@ -659,10 +661,12 @@ class Conv2d final : public Layer {
   std::vector<std::int32_t> offsets_;     // tap r = (c, kh, kw) -> its row's offset into the planes
   std::vector<std::int64_t> identity_;    // r -> r, the forward's weight columns
   std::vector<std::int32_t> positions_at_;  // output position oh W' + ow -> oh wq_ + ow
-  // Where less than 90% of 16-position vectors are kept (7x7, 14x14 outputs) and K (C for the input
-  // gradient) is a multiple of 32, products are vectorised over channels instead: a function of the
-  // shape only, so of no instruction set. Forward and input gradient bits do not depend on it.
-  bool channels_ = false, input_channels_ = false;
+  // Where less than 90% of 16-position vectors are kept (7x7, 14x14 outputs), products are vectorised
+  // over channels instead: forward and input gradient where K (C) is a multiple of 64 (with 32, 12
+  // broadcasts per 24 FMAs ran slower than the dropped lanes cost), the weight gradient where K is a
+  // multiple of 32 (1.7-2.5x faster there). A function of the shape only, so of no instruction set;
+  // forward and input gradient bits do not depend on it.
+  bool channels_ = false, input_channels_ = false, grad_channels_ = false;
   // input gradient
   std::int64_t taps_ = 1, hd_ = 0, wd_ = 0, phase_ldq_ = 0, input_panels_ = 0, dy_planes_size_ = 0;
   std::vector<Phase> phases_;
