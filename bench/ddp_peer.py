@@ -118,7 +118,17 @@ def make_optimizer(cfg, params):
                              eps=cfg.float("optim.eps"), weight_decay=cfg.float("optim.weight_decay"))
 
 
-def _rank(rank, world, cfg, steps, tensors, port, outdir):
+def build_model(cfg, graph):
+    """The network: divsim's own graph (the `model` attribute of a divsim run of the same job) when given,
+    else the MLP from the configuration."""
+    if graph is None:
+        return build_mlp(cfg)
+    from validation.torch_graph import GraphModel
+
+    return GraphModel(graph)
+
+
+def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
     """One DDP rank: set-up, barrier, the timed steps and final evaluation, then its trajectory to outdir."""
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
@@ -127,7 +137,7 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     x_train, y_train, x_test, y_test = tensors
     torch.manual_seed(cfg.int("run.seed"))
-    model = DistributedDataParallel(build_mlp(cfg), bucket_cap_mb=cfg.float("dist.bucket_cap_mb"),
+    model = DistributedDataParallel(build_model(cfg, graph), bucket_cap_mb=cfg.float("dist.bucket_cap_mb"),
                                     broadcast_buffers=cfg.bool("dist.broadcast_buffers"))
     params = list(model.parameters())
     opt = make_optimizer(cfg, params)
@@ -178,9 +188,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_ddp(cfg, world, steps=None):
+def run_ddp(cfg, world, steps=None, graph=None):
     """Trains the job of divsim configuration `cfg` with PyTorch DDP on `world` CPU processes; returns a
-    DdpResult. `steps` defaults to the configuration's train.steps (or epochs x steps per epoch)."""
+    DdpResult. `steps` defaults to the configuration's train.steps (or epochs x steps per epoch); `graph`
+    (a divsim run's `model` attribute, parsed) is the network, the configuration's MLP without it."""
     check_supported(cfg)
     if cfg.int("batch.global") % world:
         raise ValueError(f"batch.global={cfg.int('batch.global')} is not divisible by the world size {world}")
@@ -191,7 +202,7 @@ def run_ddp(cfg, world, steps=None):
     # Shared-memory tensors: spawn hands them to the ranks without a copy per rank.
     tensors = tuple(torch.from_numpy(np.array(a)).share_memory_() for a in (x_train, y_train, x_test, y_test))
     with tempfile.TemporaryDirectory(prefix="ddp-peer-") as outdir:
-        mp.spawn(_rank, args=(world, cfg, steps, tensors, _free_port(), outdir), nprocs=world, join=True)
+        mp.spawn(_rank, args=(world, cfg, steps, tensors, _free_port(), outdir, graph), nprocs=world, join=True)
         ranks = [np.load(os.path.join(outdir, f"rank{r}.npz")) for r in range(world)]
         return DdpResult(world=world, steps=steps, steps_per_s=steps / float(ranks[0]["seconds"]),
                          loss=np.stack([r["loss"] for r in ranks], axis=1),

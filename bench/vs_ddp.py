@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Steps/s of divsim against PyTorch DDP (bench/ddp_peer.py) on the identical job, W = 1, 2, 4.
 
-The job: MLP 784-256-128-10 with BatchNorm and dropout 0.1, SGD (lr 0.05, momentum 0.9, cosine
-schedule), global batch 256 split over W ranks, the full Fashion-MNIST training split in memory. divsim
+The job (--model mlp, the default): MLP 784-256-128-10 with BatchNorm and dropout 0.1, SGD (lr 0.05,
+momentum 0.9, cosine schedule); --model resnet: the default ResNet (16-32-64 channels, one basic block per
+stage), SGD lr 0.1; --model vit: the default ViT (patch 7, dim 64, 4 heads, 4 blocks), AdamW lr 0.002.
+The peer runs divsim's own graph (the `model` attribute of divsim's run, validation/torch_graph.py).
+Global batch 256 split over W ranks, the full Fashion-MNIST training split in memory. divsim
 runs its W logical ranks on min(W, --procs) MPI processes (default: the machine's cores; the other ranks
 are virtual ranks inside them, as a user runs W > cores) with its default recording (the whole per-step
 trajectory and layer statistics every 10 steps, to HDF5); the DDP peer needs one process per rank and
@@ -21,10 +24,11 @@ a time no implementation on these kernels can beat; the peer's step time over it
 to the peer that W = 1 can reach on this machine. It is measured in every repeat, interleaved with the
 runs, and the fastest counts, as for the runs.
 
-usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--worlds 1,2,4] [--procs CORES] [--steps 500]
+usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--model mlp|resnet|vit] [--worlds 1,2,4] [--procs CORES] [--steps 500]
        [--repeats 3] [--divsim build/divsim] [-- extra divsim options for both sides]
 """
 import argparse
+import json
 import os
 import tempfile
 
@@ -36,13 +40,20 @@ import gemm
 
 SECTION = "vs_ddp"
 QUICK = ["--steps", "40", "--repeats", "1", "--worlds", "1,4"]
-JOB = ["--model.hidden=256,128", "--model.batchnorm=true", "--model.dropout=0.1", "--batch.global=256",
-       "--optim.type=sgd", "--optim.lr=0.05", "--optim.momentum=0.9", "--schedule.type=cosine"]
+JOBS = {
+    "mlp": ["--model.hidden=256,128", "--model.batchnorm=true", "--model.dropout=0.1", "--batch.global=256",
+            "--optim.type=sgd", "--optim.lr=0.05", "--optim.momentum=0.9", "--schedule.type=cosine"],
+    "resnet": ["--model.type=resnet", "--batch.global=256", "--optim.type=sgd", "--optim.lr=0.1", "--optim.momentum=0.9",
+               "--schedule.type=cosine"],
+    "vit": ["--model.type=vit", "--batch.global=256", "--optim.type=adamw", "--optim.lr=0.002",
+            "--optim.weight_decay=0.05", "--schedule.type=cosine"],
+}
 
 
 def table(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.add_divsim_arguments(ap)
+    ap.add_argument("--model", choices=sorted(JOBS), default="mlp")
     ap.add_argument("--worlds", default="1,2,4")
     ap.add_argument("--procs", type=int, default=os.cpu_count(),
                     help="divsim's MPI processes at most (default: the cores; 0: one per logical rank, as DDP)")
@@ -51,7 +62,8 @@ def table(argv):
     a = ap.parse_args(argv)
     worlds = [int(w) for w in a.worlds.split(",")]
     procs = benchlib.processes(worlds, a.procs)
-    job = JOB + a.options + [f"--train.steps={a.steps}"]
+    job = JOBS[a.model] + a.options + [f"--train.steps={a.steps}"]
+    graph = {}  # the network divsim ran, for the peer (from divsim's first output file)
     cfg = ddp_peer.config_from_divsim(benchlib.check_divsim(a.divsim), job)
     tail = max(1, a.steps // 10)
 
@@ -65,9 +77,10 @@ def table(argv):
                 r = benchlib.run_divsim(a, procs[w], job + [f"--dist.world_size={w}"], out)
                 with h5py.File(out, "r") as f:
                     r["tail_loss"] = float(f["train/global_loss"][-tail:].mean())
+                    graph.setdefault("model", json.loads(f.attrs["model"]))
                 return r
             try:
-                d = ddp_peer.run_ddp(cfg, w, a.steps)
+                d = ddp_peer.run_ddp(cfg, w, a.steps, graph.get("model") if a.model != "mlp" else None)
             except ValueError as e:
                 raise benchlib.BenchError(str(e)) from e
             d.write_h5(os.path.join(tmp, f"ddp{w}.h5"))
@@ -75,11 +88,12 @@ def table(argv):
 
         # The products' bound is measured in every repeat too, so that it comes from the same spells of the
         # machine as the runs it bounds (measured once after them, it once read 1.82 beside a measured 2.32).
-        gemm_exe = benchlib.helper(a.divsim, "divsim_gemm_rate") if 1 in worlds else None
-        points = [(s, w) for w in worlds for s in ("divsim", "ddp")] + ([("products", 1)] if 1 in worlds else [])
+        bound = 1 in worlds and a.model == "mlp"  # the products' bound is written for the MLP's Linear layers
+        gemm_exe = benchlib.helper(a.divsim, "divsim_gemm_rate") if bound else None
+        points = [(s, w) for w in worlds for s in ("divsim", "ddp")] + ([("products", 1)] if bound else [])
         runs = benchlib.repeated(a.repeats, points, measure)
     blas = ddp_peer.blas_gflops()
-    products_ms = min(r["ms"] for r in runs[("products", 1)]) if 1 in worlds else None
+    products_ms = min(r["ms"] for r in runs[("products", 1)]) if ("products", 1) in runs else None
 
     rows = ["| W | divsim processes | divsim steps/s | DDP processes | PyTorch DDP steps/s | divsim / DDP | "
             "mean loss, last 10% of steps: divsim | DDP |",
