@@ -537,12 +537,7 @@ TEST(StepEngineTorch, OneStepMatchesPyTorch) {
   rig.reduce(1.0);
   const EvalResult eval = rig.engine.evaluate(r, data);
 
-  std::string script =
-      "import sys\n"
-      "try:\n"
-      "    import torch\n"
-      "except Exception as e:\n"
-      "    print('NO_TORCH', repr(e)); sys.exit(0)\n"
+  std::string script = std::string(test::kImportTorch) +
       "from collections import OrderedDict\n"
       "F = torch.nn.functional\n"
       "h = lambda s: [float.fromhex(v) for v in s.split()]\n"

@@ -191,12 +191,7 @@ TEST(ModelVit, OneStepMatchesPyTorch) {
   rig.reduce(1.0);
   const EvalResult eval = rig.engine.evaluate(r, data);
 
-  std::string script =
-      "import sys\n"
-      "try:\n"
-      "    import torch\n"
-      "except Exception as e:\n"
-      "    print('NO_TORCH', repr(e)); sys.exit(0)\n"
+  std::string script = std::string(test::kImportTorch) +
       "nn = torch.nn\n"
       "F = nn.functional\n"
       "torch.set_num_threads(1)\n"

@@ -19,6 +19,7 @@
 #include "optim/clip.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "torch_peer.hpp"
 
 using namespace divsim;
 
@@ -275,48 +276,6 @@ TEST(OptimClip, NormAccumulatesInDoubleAndNonFiniteBehavesLikeTorch) {
   EXPECT_EQ(g[1], 0.0f);
 }
 
-namespace {
-
-std::string hex_list(std::span<const float> v) {
-  std::string out;
-  char buf[64];
-  for (const float x : v) {
-    std::snprintf(buf, sizeof buf, "%a ", static_cast<double>(x));
-    out += buf;
-  }
-  return out;
-}
-
-std::vector<double> parse_list(const std::string& line) {
-  std::vector<double> out;
-  std::istringstream in(line);
-  std::string tok;
-  while (in >> tok) out.push_back(std::strtod(tok.c_str(), nullptr));  // strtod reads Python's float.hex()
-  return out;
-}
-
-// Runs `script` with /usr/bin/python3 and returns its stdout lines.
-std::vector<std::string> run_python(const std::string& script) {
-  const std::string cmd = "/usr/bin/python3 - 2>&1 <<'DIVSIM_PY'\n" + script + "\nDIVSIM_PY\n";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot start /usr/bin/python3");
-  std::vector<std::string> lines;
-  std::string cur;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) {
-    cur += buf;
-    if (!cur.empty() && cur.back() == '\n') {
-      cur.pop_back();
-      lines.push_back(cur);
-      cur.clear();
-    }
-  }
-  if (!cur.empty()) lines.push_back(cur);
-  return lines;
-}
-
-}  // namespace
-
 TEST(OptimTorch, SgdNesterovAdamWAndClipMatchPyTorch) {
   const std::size_t n = 7;
   const std::vector<float> p0 = {0.5f, -1.25f, 3.0f, 0.0f, -0.03f, 2.5e-3f, 7.0f};
@@ -328,37 +287,33 @@ TEST(OptimTorch, SgdNesterovAdamWAndClipMatchPyTorch) {
                                         std::pow(10.0, static_cast<double>(i % 4) - 2.0));
     }
   }
-  std::string script =
-      "import sys\n"
-      "try:\n"
-      "    import torch\n"
-      "except Exception as e:\n"
-      "    print('NO_TORCH', repr(e)); sys.exit(0)\n"
+  std::string script = std::string(test::kImportTorch) +
       "h = lambda s: [float.fromhex(x) for x in s.split()]\n"
-      "p0 = h('" + hex_list(p0) + "')\n"
+      "p0 = h('" + test::hex_list(p0) + "')\n"
       "grads = [\n";
-  for (const auto& g : grads) script += "  h('" + hex_list(g) + "'),\n";
+  for (const auto& g : grads) script += "  h('" + test::hex_list(g) + "'),\n";
   script += "]\nlrs = [";
   for (const double lr : lrs) script += std::to_string(lr) + ", ";
   script +=
       "]\n"
-      "def run(make):\n"
+      "def run(name, make):\n"
       "    t = torch.tensor(p0, dtype=torch.float32, requires_grad=True)\n"
       "    opt = make([t])\n"
       "    for s in range(5):\n"
       "        opt.param_groups[0]['lr'] = lrs[s]\n"
       "        t.grad = torch.tensor(grads[s], dtype=torch.float32)\n"
       "        opt.step()\n"
-      "    print(' '.join(float(x).hex() for x in t.detach().tolist()))\n"
-      "run(lambda ps: torch.optim.SGD(ps, lr=lrs[0], momentum=0.9, nesterov=True, weight_decay=0.01, foreach=False))\n"
-      "run(lambda ps: torch.optim.AdamW(ps, lr=lrs[0], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=False))\n"
+      "    print(name, ' '.join(float(x).hex() for x in t.detach().tolist()))\n"
+      "run('sgd', lambda ps: torch.optim.SGD(ps, lr=lrs[0], momentum=0.9, nesterov=True, weight_decay=0.01, foreach=False))\n"
+      "run('adamw', lambda ps: torch.optim.AdamW(ps, lr=lrs[0], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, foreach=False))\n"
       "t = torch.tensor(p0, dtype=torch.float32, requires_grad=True)\n"
       "t.grad = torch.tensor(grads[2], dtype=torch.float32)\n"
       "norm = torch.nn.utils.clip_grad_norm_([t], 0.5)\n"
-      "print(float(norm).hex(), ' '.join(float(x).hex() for x in t.grad.tolist()))\n";
-  const auto lines = run_python(script);
-  if (!lines.empty() && lines[0].rfind("NO_TORCH", 0) == 0) GTEST_SKIP() << "torch cannot be imported: " << lines[0];
-  ASSERT_EQ(lines.size(), 3u) << "unexpected python output: " << (lines.empty() ? "(none)" : lines[0]);
+      "print('clip', float(norm).hex(), ' '.join(float(x).hex() for x in t.grad.tolist()))\n";
+  std::string raw;
+  const auto torch = test::run_python(script, raw);
+  if (torch.contains("NO_TORCH")) GTEST_SKIP() << "torch cannot be imported: " << raw;
+  ASSERT_TRUE(torch.contains("sgd") && torch.contains("adamw") && torch.contains("clip")) << "unexpected python output: " << raw;
 
   auto sgd = make_optimizer(sgd_cfg(0.9, true, 0.01), n);
   auto adamw = make_optimizer(adamw_cfg(0.01), n);
@@ -370,12 +325,12 @@ TEST(OptimTorch, SgdNesterovAdamWAndClipMatchPyTorch) {
   std::vector<float> gc = grads[2];
   const double norm = clip_grad_norm(gc, 0.5);
 
-  const auto clip_line = parse_list(lines[2]);
+  const std::vector<double>& clip_line = torch.at("clip");
   ASSERT_EQ(clip_line.size(), n + 1);
   EXPECT_NEAR(norm, clip_line[0], 1e-6 * clip_line[0]);
   const std::vector<std::pair<const char*, std::pair<std::span<const float>, std::vector<double>>>> cases = {
-      {"SGD nesterov wd", {ps, parse_list(lines[0])}},
-      {"AdamW", {pa, parse_list(lines[1])}},
+      {"SGD nesterov wd", {ps, torch.at("sgd")}},
+      {"AdamW", {pa, torch.at("adamw")}},
       {"clip_grad_norm_", {gc, std::vector<double>(clip_line.begin() + 1, clip_line.end())}},
   };
   for (const auto& [name, pair] : cases) {

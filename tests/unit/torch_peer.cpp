@@ -102,12 +102,7 @@ bool check_layer_against_torch(const TorchLayerCase& c, std::string& skipped) {
   bench.forward_eval(y_eval);
   const std::vector<float>& params = bench.params;
 
-  std::string script =
-      "import sys\n"
-      "try:\n"
-      "    import torch\n"
-      "except Exception:\n"
-      "    print('NO_TORCH'); sys.exit(0)\n"
+  std::string script = std::string(kImportTorch) +
       "F = torch.nn.functional\n"
       "torch.set_num_threads(1)\n"
       "def h(s): return torch.tensor([float.fromhex(v) for v in s.split()], dtype=torch.float32)\n"

@@ -12,6 +12,14 @@
 
 namespace divsim::test {
 
+// The first lines of every torch script: import torch, or print NO_TORCH (the caller skips) and exit.
+inline constexpr const char* kImportTorch =
+    "import sys\n"
+    "try:\n"
+    "    import torch\n"
+    "except Exception as e:\n"
+    "    print('NO_TORCH', repr(e)); sys.exit(0)\n";
+
 std::string exact(double v);                    // a Python expression for v, bit for bit
 std::string hex_list(std::span<const float> v);  // "0x1.8p-1 ..." for h() in the scripts
 
