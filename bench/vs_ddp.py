@@ -122,4 +122,8 @@ def products_time_ms(exe, cfg):
 
 
 if __name__ == "__main__":
-    benchlib.cli(table, SECTION, QUICK)
+    # Each model's table has its own section of docs/performance.md: vs_ddp (the MLP), vs_ddp_resnet, ...
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--model", default="mlp")
+    model = peek.parse_known_args()[0].model
+    benchlib.cli(table, SECTION if model == "mlp" else f"{SECTION}_{model}", QUICK)

@@ -49,7 +49,8 @@ def e(v):
 
 def replay_section(cases, controls, long):
     out = ["## 1. Replay against PyTorch", "",
-           "`validation/replay.py` rebuilds the run's MLP in `torch.nn`, loads `/init`, feeds `/train/samples` in "
+           "`validation/replay.py` rebuilds the run's network in `torch.nn` from the graph the run recorded (its "
+           "`model` attribute: the MLP, the ResNet or the ViT), loads `/init`, feeds `/train/samples` in "
            "order (every logical rank's micro-batches, gradients averaged over the ranks) and trains with "
            "`torch.optim`. Columns: maximum relative difference divsim vs torch float32 over the first 100 steps "
            "(loss: each rank's; gradient norms: the rank's own and the applied one; parameter norm; learning rate; "
@@ -68,7 +69,7 @@ def replay_section(cases, controls, long):
     flips = [f"{n} (step {r['branch_flip']['step']}, ReLU input {r['branch_flip']['relu_margin']:.0e} x RMS from 0)"
              for n, r in cases.items() if r.get("branch_flip")]
     out += ["", "Branch flips seen (the local gradient norms leave float32 noise while the losses still agree, "
-            "within two steps of a ReLU input within rounding of 0): " + (", ".join(flips) if flips else "none") + ".", "",
+            "within two steps of a ReLU input within rounding of 0; the ResNet's BatchNorm2d and ReLUs amplify them): " + (", ".join(flips) if flips else "none") + ".", "",
             "### Negative controls", "",
             "The replay is handed a run whose recorded configuration says one value differently from what divsim "
             "ran; each must come out NOT OK.", "",
