@@ -70,6 +70,13 @@ std::int64_t Model::activation_floats() const {
   return n;
 }
 
+std::int64_t Model::saved_floats_per_sample() const {
+  std::int64_t n = 0;
+  for (const Node& node : nodes_)
+    for (const SavedSpec& s : node.layer->saved()) n += s.per_sample;
+  return n;
+}
+
 bool Model::has_batch_statistics() const {
   return std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.layer->statistics() != nullptr; });
 }

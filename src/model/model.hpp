@@ -87,6 +87,8 @@ class Model {
   std::int64_t eval_batch() const { return eval_batch_; }
   // Floats of every activation of one sample (memory planning).
   std::int64_t activation_floats() const;
+  // Floats the layers keep from forward for backward, per sample (memory planning).
+  std::int64_t saved_floats_per_sample() const;
   // Whether some layer keeps statistics across rows (BatchNorm): SyncBN and bn_drift apply.
   bool has_batch_statistics() const;
   bool has_style(const std::string& style) const;

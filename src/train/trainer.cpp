@@ -364,10 +364,12 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       memory_(memory_budget(processes_on_node)),
       data_(load_data_within(config, memory_)),
       model_(config.model, sample_shape(data_.train), data_.train.classes) {
-  require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.hidden",
-               std::to_string(proc_.rank_count) + " replica(s) of " + std::to_string(model_.num_params()) +
-                   " parameters (model.hidden, dist.world_size / processes) with their gradients, optimizer state and "
-                   "activations");
+  require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.type",
+               std::to_string(proc_.rank_count) + " replica(s) of the " + cfg_.model.type + " model's " +
+                   std::to_string(model_.num_params()) +
+                   " parameters (its sizes: model.hidden for the mlp, model.channels and blocks for the resnet, "
+                   "model.dim and depth for the vit; dist.world_size / processes) with their gradients, optimizer "
+                   "state and activations");
   if (cfg_.run.resume == "auto") resume_ = find_checkpoint(cfg_.output_path());
   if (resume_) {
     if (resume_->world_size != proc_.world_size)
@@ -489,11 +491,11 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
 }
 
 std::uint64_t Run::replica_bytes() const {
-  // Parameters and gradients, optimizer state (momentum; AdamW two moments), and each layer's output
-  // for one micro-batch.
+  // Parameters and gradients, optimizer state (momentum; AdamW two moments), and for one micro-batch
+  // each activation, its gradient and what the layers keep for backward.
   const std::uint64_t slots = 2 + (cfg_.optim.type == "adamw" ? 2 : cfg_.optim.momentum > 0 ? 1 : 0);
-  // Each activation and its gradient.
-  const auto activations = 2 * static_cast<std::uint64_t>(model_.activation_floats());
+  const auto activations =
+      static_cast<std::uint64_t>(2 * model_.activation_floats() + model_.saved_floats_per_sample());
   return sizeof(float) * (slots * model_.num_params() + activations * static_cast<std::uint64_t>(plan_.micro_batch));
 }
 
