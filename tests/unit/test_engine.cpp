@@ -45,7 +45,7 @@ using divsim::test::run_python;
 
 namespace {
 
-constexpr double kBnEps = ModelSection{}.bn_eps;
+const double kBnEps = ModelSection{}.bn_eps;  // not constexpr: debug-mode std::vector members are not literal
 
 ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double dropout) {
   ModelSection c;

@@ -9,7 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <bit>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
@@ -51,7 +52,9 @@ bool all_finite(const std::vector<float>& v) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
+         });
 }
 
 }  // namespace
