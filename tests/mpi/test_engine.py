@@ -265,9 +265,9 @@ def resume_bitwise_resnet(args):
     """A ResNet (BatchNorm2d running statistics, momentum, residual adds) stopped by SIGTERM after a
     checkpoint and resumed writes the file an uninterrupted run writes: every dataset bit for bit."""
     import subprocess
-    base = [args.divsim, "--model.type=resnet", "--model.channels=8,16", "--data.train_size=2048",
-            "--data.test_size=500", "--batch.global=64", "--dist.world_size=4", "--train.steps=60",
-            "--train.eval_every=20", "--record.layers_every=5", "--run.checkpoint_every=10"]
+    base = [args.divsim, "--model.type=resnet", "--model.channels=4,8", "--data.train_size=1024",
+            "--data.test_size=200", "--batch.global=32", "--dist.world_size=4", "--train.steps=30",
+            "--train.eval_every=10", "--record.layers_every=5", "--run.checkpoint_every=5"]
     run(args, [*base[1:], "--run.out=whole.h5"])
     cmd = [args.mpiexec, "-n", "2", *base, "--run.out=cut.h5"]
     code, err = terminate_after_checkpoint(args, cmd, os.path.join(args.workdir, "cut.h5.ckpt"))
