@@ -84,8 +84,15 @@ CONTROLS = {
 }
 
 
+# model.* settings the replay reads from the recorded graph (the `model` attribute) rather than from the
+# configuration: the layer option each one sets, and the styles that have it.
+GRAPH_OPTIONS = {"bn_eps": ("eps", {"batchnorm1d", "batchnorm2d"}),
+                 "bn_momentum": ("momentum", {"batchnorm1d", "batchnorm2d"})}
+
+
 def with_changed_config(path, section, key, value, out):
-    """A copy of the run at `path` whose config attribute says `section.key = value`."""
+    """A copy of the run at `path` whose config attribute says `section.key = value` (and whose graph
+    does too, for the settings the replay builds the network from)."""
     shutil.copyfile(path, out)
     with h5py.File(out, "r+") as f:
         text = f.attrs["config"]
@@ -101,6 +108,13 @@ def with_changed_config(path, section, key, value, out):
         if not done:
             raise ValidationError(f"{section}.{key} not in the run's configuration")
         f.attrs["config"] = "\n".join(lines) + "\n"
+        if section == "model" and key in GRAPH_OPTIONS:
+            option, styles = GRAPH_OPTIONS[key]
+            graph = json.loads(f.attrs["model"])
+            for layer in graph["layers"]:
+                if layer["style"] in styles:
+                    layer["options"][option] = float(value)
+            f.attrs["model"] = json.dumps(graph)
     return out
 
 
