@@ -118,12 +118,16 @@ def with_changed_config(path, section, key, value, out):
     return out
 
 
+_RAN = {}  # (case, steps) -> the run's file, written by this process: the controls reuse them
+
+
 def run_cases(divsim, names, steps, reference=False):
     """{name: assess() result} for the named cases, each at `steps` steps."""
     results = {}
     for name in names:
         ranks, args = CASES[name]
         path = divsim.run(name, [*args, f"--train.steps={steps}", "--train.eval_every=50", *RECORD_ARGS], ranks=ranks)
+        _RAN[(name, steps)] = path
         results[name] = assess(path, with_reference=reference)
         results[name]["ranks"], results[name]["args"] = ranks, args
     return results
@@ -144,9 +148,9 @@ def run_controls(divsim, names, steps):
     results = {}
     for name in names:
         case, section, key, value = CONTROLS[name]
-        source = os.path.join(divsim.workdir, case + ".h5")
-        if not os.path.exists(source):
+        if (case, steps) not in _RAN:  # never a file left by another binary
             run_cases(divsim, [case], steps)
+        source = _RAN[(case, steps)]
         changed = with_changed_config(source, section, key, value, os.path.join(divsim.workdir, f"control-{name}.h5"))
         results[name] = assess(changed)
         results[name]["change"] = f"{section}.{key} = {value}"
