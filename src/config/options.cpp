@@ -25,7 +25,6 @@
 #include "config/option_grammar.hpp"
 #include "divsim_version.hpp"
 #include "faults/fault_spec.hpp"
-#include "model/model.hpp"
 
 namespace divsim {
 
@@ -598,11 +597,6 @@ void validate(const RunConfig& c) {
   require_int("data.synthetic_teacher_hidden", c.data.synthetic_teacher_hidden, c.data.synthetic_teacher_hidden > 0,
               "> 0");
 
-  if (!model_registry().contains(c.model.type)) {
-    std::string known;
-    for (const auto& entry : model_registry()) known += (known.empty() ? "" : ", ") + entry.first;
-    throw ConfigError("model.type", in_quotes(c.model.type) + " is not one of: " + known);
-  }
   require_int("model.channels", static_cast<std::int64_t>(c.model.channels.size()), !c.model.channels.empty(),
               "at least one stage");
   for (const std::int64_t w : c.model.channels) require_int("model.channels", w, w >= 1 && w <= 4096, "channels in [1, 4096]");

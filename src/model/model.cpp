@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "config/config_error.hpp"
 #include "numerics/philox.hpp"
 
 namespace divsim {
@@ -34,7 +35,11 @@ std::map<std::string, ModelBuild>& model_registry() {
 
 Model::Model(const ModelSection& config, const Shape& input, std::int64_t classes) : classes_(classes) {
   const auto it = model_registry().find(config.type);
-  if (it == model_registry().end()) throw std::logic_error("no model type " + config.type);
+  if (it == model_registry().end()) {
+    std::string known;
+    for (const auto& entry : model_registry()) known += (known.empty() ? "" : ", ") + entry.first;
+    throw ConfigError("model.type", "'" + config.type + "' is not one of: " + known);
+  }
   ModelBuilder b(config, input, classes);
   it->second(b);
   if (b.nodes_.empty()) throw std::logic_error("model " + config.type + " has no layers");

@@ -69,7 +69,7 @@ class ModelBuilder {
 
 class Model {
  public:
-  // Builds model.type (std::logic_error for an unknown one: the config parser checks the name first).
+  // Builds model.type (ConfigError naming the registered types for an unknown one).
   Model(const ModelSection& config, const Shape& input, std::int64_t classes);
 
   const std::vector<Node>& nodes() const { return nodes_; }
