@@ -55,7 +55,7 @@ ModelSection model_cfg(std::vector<std::int64_t> hidden, bool batchnorm, double 
   return c;
 }
 
-// The test's own view of an mlp layer, in the first version's terms: the references below are written
+// The test's own view of an mlp layer (kind, sizes, tensor offsets): the references below are written
 // against it, independently of how src/model runs the layers. In a chain layer l's output is activation
 // l + 1; a BatchNorm keeps (xhat, mean, invstd), a dropout its mask, as saved tensors.
 enum class Kind { linear, batchnorm, relu, dropout };

@@ -404,7 +404,7 @@ TEST(ModelMlp, PyTorchSequentialNamesShapesAndOffsets) {
   EXPECT_EQ(layer_names,
             (std::vector<std::string>{"fc1", "bn1", "relu1", "drop1", "fc2", "bn2", "relu2", "drop2", "fc3"}));
   for (std::size_t i = 0; i < m.size(); ++i) {
-    EXPECT_EQ(m.layer(i).index(), i);  // keys dropout masks: must stay the first version's positions
+    EXPECT_EQ(m.layer(i).index(), i);  // keys dropout masks: a moved layer would change every mlp trajectory
     EXPECT_EQ(m.nodes()[i].inputs, std::vector<int>{static_cast<int>(i)}) << "a chain";
   }
 

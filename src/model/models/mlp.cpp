@@ -1,7 +1,7 @@
 // model.type = mlp: for each hidden width h (model.hidden) Linear -> [BatchNorm1d] -> ReLU -> [Dropout],
-// then a Linear to the classes, over the flattened input. Layer names follow PyTorch's nn.Sequential of
-// the first version of divsim (fc1, bn1, relu1, drop1, ..., fcN), so its state_dict keys are fc1.weight,
-// bn1.running_mean, ...
+// then a Linear to the classes, over the flattened input. Layer names are those of an nn.Sequential
+// (fc1, bn1, relu1, drop1, ..., fcN), so its state_dict keys are fc1.weight, bn1.running_mean, ...; the
+// layer positions key the dropout masks, so reordering them would change every mlp trajectory.
 #include <string>
 
 #include "model/model.hpp"
