@@ -258,7 +258,10 @@ ALL_AT_ONCE = {
 
 
 # The other models (the mlp's settings above are ignored by them): a small ResNet.
-RESNET = ["--model.type=resnet", "--model.channels=8,16", "--data.train_size=4096", "--data.test_size=500"]
+def resnet(channels="8,16"):
+    return ["--model.type=resnet", f"--model.channels={channels}", "--data.train_size=4096", "--data.test_size=500"]
+
+
 VIT = ["--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2", "--model.dropout=0.1",
        "--data.train_size=4096", "--data.test_size=500"]
 
@@ -382,8 +385,9 @@ def baseline_comments(args):
 
 if __name__ == "__main__":
     from divsim_testlib import parse_args
-    commands = {"all_at_once_resnet": lambda a: all_at_once(a, RESNET),
-                "bn_drift_resnet": lambda a: bn_drift(a, [*RESNET, "--batch.global=64", "--train.steps=40"]),
+    commands = {"all_at_once_resnet": lambda a: all_at_once(a, resnet()),
+                "bn_drift_resnet": lambda a: bn_drift(a, [*resnet("4,8"), "--batch.global=64",
+                                                                "--train.steps=30", "--train.eval_every=15"]),
                 "all_at_once_vit": lambda a: all_at_once(a, VIT, without=("bn_drift",)), "unsynced_dropout_vit": unsynced_dropout_vit}
     commands |= {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
