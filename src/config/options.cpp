@@ -180,10 +180,11 @@ const std::vector<Field>& fields() {
       field("run", "checkpoint_every", &R::run, &RunSection::checkpoint_every,
             "checkpoint every N steps into <out>.ckpt/ (0: only when SIGTERM arrives)"),
       field("run", "resume", &R::run, &RunSection::resume, "no | auto: continue from the newest checkpoint, if any"),
-      field("data", "source", &R::data, &DataSection::source, "fashion-mnist | synthetic | hdf5"),
+      field("data", "source", &R::data, &DataSection::source,
+            "fashion-mnist | synthetic | hdf5 | fortunes (Debian's fortunes, characters) | text (data.path, characters)"),
       field("data", "root", &R::data, &DataSection::root, "folder of the Fashion-MNIST IDX files"),
       field("data", "path", &R::data, &DataSection::path,
-            "hdf5: the data file, with /train/x, /train/y, /test/x, /test/y"),
+            "hdf5: the data file, with /train/x, /train/y, /test/x, /test/y; text: a UTF-8 text file"),
       field("data", "train_size", &R::data, &DataSection::train_size, "first N training samples; 0 = all"),
       field("data", "test_size", &R::data, &DataSection::test_size, "first N test samples; 0 = all"),
       field("data", "augment", &R::data, &DataSection::augment, "random horizontal flip + shift by <= 2 pixels"),
@@ -193,20 +194,21 @@ const std::vector<Field>& fields() {
       field("data", "synthetic_classes", &R::data, &DataSection::synthetic_classes, "synthetic: classes (>= 2)"),
       field("data", "synthetic_teacher_hidden", &R::data, &DataSection::synthetic_teacher_hidden,
             "synthetic: hidden width of the teacher network"),
-      field("model", "type", &R::model, &ModelSection::type, "the model (docs/models.md): mlp | resnet | vit"),
+      field("model", "type", &R::model, &ModelSection::type, "the model (docs/models.md): mlp | resnet | vit | gpt"),
       field("model", "hidden", &R::model, &ModelSection::hidden, "hidden widths, e.g. 256,128; empty = logistic regression"),
       field("model", "batchnorm", &R::model, &ModelSection::batchnorm, "BatchNorm1d after each hidden Linear"),
       field("model", "dropout", &R::model, &ModelSection::dropout,
-            "drop probability, [0,1): mlp after each hidden ReLU; vit after attn.proj and mlp.fc2"),
+            "drop probability, [0,1): mlp after each hidden ReLU; vit, gpt after the attention and MLP projections"),
       field("model", "bn_momentum", &R::model, &ModelSection::bn_momentum, "running = (1-m)*running + m*batch, [0,1]"),
       field("model", "bn_eps", &R::model, &ModelSection::bn_eps, "BatchNorm epsilon, > 0"),
       field("model", "channels", &R::model, &ModelSection::channels, "resnet: channels per stage, e.g. 16,32,64"),
       field("model", "blocks", &R::model, &ModelSection::blocks, "resnet: basic blocks per stage"),
       field("model", "patch", &R::model, &ModelSection::patch, "vit: patch side in pixels; must divide the image side"),
-      field("model", "dim", &R::model, &ModelSection::dim, "vit: token width"),
-      field("model", "heads", &R::model, &ModelSection::heads, "vit: attention heads; must divide model.dim"),
-      field("model", "depth", &R::model, &ModelSection::depth, "vit: transformer blocks"),
-      field("model", "mlp_ratio", &R::model, &ModelSection::mlp_ratio, "vit: MLP hidden width as a multiple of model.dim"),
+      field("model", "dim", &R::model, &ModelSection::dim, "vit, gpt: token width"),
+      field("model", "heads", &R::model, &ModelSection::heads, "vit, gpt: attention heads; must divide model.dim"),
+      field("model", "depth", &R::model, &ModelSection::depth, "vit, gpt: transformer blocks"),
+      field("model", "mlp_ratio", &R::model, &ModelSection::mlp_ratio, "vit, gpt: MLP hidden width as a multiple of model.dim"),
+      field("model", "block_size", &R::model, &ModelSection::block_size, "gpt: tokens per sequence (context length)"),
       field("loss", "type", &R::loss, &LossSection::type, "cross_entropy | asl (asymmetric loss, multi-label one-hot)"),
       field("loss", "label_smoothing", &R::loss, &LossSection::label_smoothing, "PyTorch label_smoothing, [0,1)"),
       field("loss", "gamma_pos", &R::loss, &LossSection::gamma_pos, "asl: positive focusing exponent, >= 0"),
@@ -579,10 +581,12 @@ void validate(const RunConfig& c) {
   require(name_ok, "run.name", "non-empty and only A-Z a-z 0-9 . _ -", in_quotes(name));
   require_ini_text("run.out", c.run.out);
 
-  require_one_of("data.source", c.data.source, {"fashion-mnist", "synthetic", "hdf5"});
+  require_one_of("data.source", c.data.source, {"fashion-mnist", "synthetic", "hdf5", "fortunes", "text"});
   require_ini_text("data.root", c.data.root);
   require_ini_text("data.path", c.data.path);
   require(c.data.source != "hdf5" || !c.data.path.empty(), "data.path", "set to the HDF5 data file when data.source = hdf5",
+          "empty");
+  require(c.data.source != "text" || !c.data.path.empty(), "data.path", "set to the UTF-8 text file when data.source = text",
           "empty");
   require_int("data.train_size", c.data.train_size, c.data.train_size >= 0, ">= 0 (0 = all)");
   require_int("data.test_size", c.data.test_size, c.data.test_size >= 0, ">= 0 (0 = all)");
@@ -607,6 +611,7 @@ void validate(const RunConfig& c) {
               ">= 1 and a divisor of model.dim (" + std::to_string(c.model.dim) + ")");
   require_int("model.depth", c.model.depth, c.model.depth >= 1 && c.model.depth <= 256, "in [1, 256]");
   require_int("model.mlp_ratio", c.model.mlp_ratio, c.model.mlp_ratio >= 1 && c.model.mlp_ratio <= 64, "in [1, 64]");
+  require_int("model.block_size", c.model.block_size, c.model.block_size >= 1 && c.model.block_size <= 4096, "in [1, 4096]");
   for (const std::int64_t w : c.model.hidden) require_int("model.hidden", w, w >= 1 && w <= 65536, "widths in [1, 65536]");
   require_double("model.dropout", c.model.dropout, c.model.dropout >= 0 && c.model.dropout < 1, "in [0,1)");
   require_double("model.bn_momentum", c.model.bn_momentum, c.model.bn_momentum >= 0 && c.model.bn_momentum <= 1,

@@ -23,9 +23,9 @@ struct RunSection {
 };
 
 struct DataSection {
-  std::string source = "fashion-mnist";  // fashion-mnist | synthetic | hdf5
+  std::string source = "fashion-mnist";  // fashion-mnist | synthetic | hdf5 | fortunes | text
   std::string root = "/usr/share/datasets/fashion-mnist";
-  std::string path;             // hdf5: the data file (data/h5_dataset.hpp)
+  std::string path;             // hdf5: the data file (data/h5_dataset.hpp); text: the UTF-8 text file
   std::int64_t train_size = 0;  // 0 = the whole training split; else its first N samples
   std::int64_t test_size = 0;   // 0 = the whole test split
   bool augment = false;         // random horizontal flip + shift by up to 2 pixels (images only)
@@ -41,16 +41,17 @@ struct ModelSection {
   std::string type = "mlp";                        // a registered model (model/models/)
   std::vector<std::int64_t> hidden = {256, 128};  // mlp: hidden widths, e.g. "256,128"
   bool batchnorm = false;
-  double dropout = 0.0;      // drop probability after each hidden ReLU (vit: after attn.proj and mlp.fc2)
+  double dropout = 0.0;      // drop probability after each hidden ReLU (vit, gpt: after the attention and MLP projections)
   double bn_momentum = 0.1;  // PyTorch convention: running = (1-m)*running + m*batch
   double bn_eps = 1e-5;
   std::vector<std::int64_t> channels = {16, 32, 64};  // resnet: channels of each stage
   std::int64_t blocks = 1;                            // resnet: basic blocks per stage
   std::int64_t patch = 7;                             // vit: patch side (28 / 7 = 4x4 = 16 tokens)
-  std::int64_t dim = 64;                              // vit: token width
-  std::int64_t heads = 4;                             // vit: attention heads (dim % heads == 0)
-  std::int64_t depth = 4;                             // vit: transformer blocks
-  std::int64_t mlp_ratio = 4;                         // vit: hidden width of a block's MLP / dim
+  std::int64_t dim = 64;                              // vit, gpt: token width
+  std::int64_t heads = 4;                             // vit, gpt: attention heads (dim % heads == 0)
+  std::int64_t depth = 4;                             // vit, gpt: transformer blocks
+  std::int64_t mlp_ratio = 4;                         // vit, gpt: hidden width of a block's MLP / dim
+  std::int64_t block_size = 64;                       // gpt: tokens per sequence (context length)
 };
 
 struct LossSection {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "data/h5_dataset.hpp"
+#include "data/text_data.hpp"
 #include "data/raw_images.hpp"
 #include "numerics/philox.hpp"
 
@@ -275,11 +276,23 @@ Dataset read_idx_pair(const std::string& images_gz, const std::string& labels_gz
   return ds;
 }
 
-DataSplits load_data(const DataSection& cfg, std::uint64_t seed) {
+std::int64_t Dataset::counted(std::int64_t i) const {
+  const std::int32_t* t = targets_of(i);
+  return std::count_if(t, t + targets, [](std::int32_t v) { return v != kIgnoredTarget; });
+}
+
+DataSplits load_data(const DataSection& cfg, std::uint64_t seed, std::int64_t block_size) {
   if (cfg.source == "fashion-mnist") return load_fashion_mnist(cfg);
   if (cfg.source == "synthetic") return load_synthetic(cfg, seed);  // data.augment is refused once loaded
   if (cfg.source == "hdf5") return read_h5_splits(cfg.path, cfg.train_size, cfg.test_size);
-  throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic, hdf5");
+  if (cfg.source == "fortunes" || cfg.source == "text") {
+    const bool fortunes = cfg.source == "fortunes";
+    DataSplits d = load_text(fortunes ? fortune_files() : std::vector<std::string>{cfg.path}, block_size,
+                             cfg.train_size, cfg.test_size);
+    d.description = (fortunes ? "fortunes " : "text " + cfg.path + " ") + d.description;
+    return d;
+  }
+  throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic, hdf5, fortunes, text");
 }
 
 void augment_image(const float* in, float* out, const Dataset& ds, std::uint64_t seed, std::int64_t step,

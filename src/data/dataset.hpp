@@ -1,6 +1,7 @@
 #pragma once
 // Datasets: Fashion-MNIST from Debian's dataset-fashion-mnist (IDX files, gzip), synthetic
-// teacher-network data, and the random image augmentation applied per sample.
+// teacher-network data, character sequences (data/text_data.hpp), and the random image augmentation
+// applied per sample.
 //
 // Everything is loaded once at start-up into plain, normalised float32 arrays; the step loop only
 // reads rows. Deliberately not here: which samples a rank sees (sampler.hpp), batching, and any
@@ -24,14 +25,22 @@ class DataError : public std::runtime_error {
   std::string file_;
 };
 
+// A target the loss skips (a padded position of a sequence), as PyTorch's ignore_index.
+inline constexpr std::int32_t kIgnoredTarget = -1;
+
 struct Dataset {
   std::int64_t n = 0, dim = 0, classes = 0;
-  int height = 0, width = 0;      // 28x28 for images, 0 for synthetic (no augmentation)
-  std::vector<float> x;           // n*dim, row-major, normalised
-  std::vector<std::int32_t> y;    // n labels in [0, classes)
+  std::int64_t targets = 1;       // targets per sample: 1 (a class label) or one per sequence position
+  int height = 0, width = 0;      // 28x28 for images, 0 for synthetic and sequences (no augmentation)
+  std::vector<float> x;           // n*dim, row-major, normalised; sequences: token ids (exact in float32)
+  std::vector<std::int32_t> y;    // n*targets labels in [0, classes), or kIgnoredTarget
+  std::vector<std::string> vocabulary;  // sequences: the text of each token id; empty otherwise
   std::vector<float> background;  // dim: the normalised value of a black pixel (used as padding by
                                   // augmentation); empty if not images
   const float* row(std::int64_t i) const { return x.data() + i * dim; }
+  const std::int32_t* targets_of(std::int64_t i) const { return y.data() + i * targets; }
+  // Targets of sample i the loss counts (all but kIgnoredTarget).
+  std::int64_t counted(std::int64_t i) const;
 };
 
 struct DataSplits {
@@ -39,10 +48,11 @@ struct DataSplits {
   std::string description;  // e.g. "fashion-mnist 60000/10000 (784 features, 10 classes)"
 };
 
-// Loads cfg.source ("fashion-mnist" | "synthetic" | "hdf5"), cut to cfg.train_size / cfg.test_size, normalised.
-// `seed` keys the synthetic data (Stream::synthetic). Throws DataError for file problems and
+// Loads cfg.source ("fashion-mnist" | "synthetic" | "hdf5" | "fortunes" | "text"), cut to cfg.train_size /
+// cfg.test_size, normalised. `seed` keys the synthetic data (Stream::synthetic); `block_size` is the sequence
+// length of the text sources (model.block_size). Throws DataError for file problems and
 // std::invalid_argument for settings that cannot work (naming the data.* key).
-DataSplits load_data(const DataSection& cfg, std::uint64_t seed);
+DataSplits load_data(const DataSection& cfg, std::uint64_t seed, std::int64_t block_size);
 
 // One IDX image file + its label file (gzip or plain), pixels scaled to [0,1] as float(byte) / 255.0f,
 // 10 classes, background all 0 (black). Throws DataError naming the offending file.

@@ -288,7 +288,7 @@ DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
                  "the synthetic data set (data.synthetic_train + data.synthetic_test samples of "
                  "data.synthetic_features features)");
   }
-  return load_data(cfg.data, cfg.run.seed);
+  return load_data(cfg.data, cfg.run.seed, cfg.model.block_size);
 }
 
 // Everything one process needs for the run, built (and validated) before the output file exists.

@@ -190,7 +190,7 @@ TEST(LoadData, StandardisesPerPixelWithTrainingStatistics) {
   DataSection cfg;
   cfg.root = fx.dir.root();
   cfg.train_size = 4;  // statistics over the first 4 training images only
-  const DataSplits d = load_data(cfg, 0);
+  const DataSplits d = load_data(cfg, 0, 64);
   ASSERT_EQ(d.train.n, 4);
   ASSERT_EQ(d.test.n, 2);
   EXPECT_EQ(d.train.dim, 6);
@@ -228,28 +228,28 @@ TEST(LoadData, RejectsSizesBeyondTheFile) {
   DataSection cfg;
   cfg.root = fx.dir.root() + "/";
   cfg.train_size = 6;
-  expect_data_error([&] { load_data(cfg, 0); }, fx.dir.file("train-images-idx3-ubyte.gz"),
+  expect_data_error([&] { load_data(cfg, 0, 64); }, fx.dir.file("train-images-idx3-ubyte.gz"),
                     "data.train_size = 6");
   cfg.train_size = 0;
   cfg.test_size = 3;
-  expect_data_error([&] { load_data(cfg, 0); }, fx.dir.file("t10k-images-idx3-ubyte.gz"),
+  expect_data_error([&] { load_data(cfg, 0, 64); }, fx.dir.file("t10k-images-idx3-ubyte.gz"),
                     "data.test_size = 3");
   cfg.test_size = 0;
   write_gz(fx.dir.file("t10k-images-idx3-ubyte.gz"), idx_images(2, 3, 2, fx.test_px));
   write_gz(fx.dir.file("t10k-labels-idx1-ubyte.gz"), idx_labels({5, 6}));
-  expect_data_error([&] { load_data(cfg, 0); }, fx.dir.file("t10k-images-idx3-ubyte.gz"), "3x2");
+  expect_data_error([&] { load_data(cfg, 0, 64); }, fx.dir.file("t10k-images-idx3-ubyte.gz"), "3x2");
   cfg.root = fx.dir.file("nowhere");
-  expect_data_error([&] { load_data(cfg, 0); }, fx.dir.file("nowhere/train-images-idx3-ubyte.gz"),
+  expect_data_error([&] { load_data(cfg, 0, 64); }, fx.dir.file("nowhere/train-images-idx3-ubyte.gz"),
                     "cannot open");
   cfg.source = "cifar";
-  EXPECT_THROW(load_data(cfg, 0), std::invalid_argument);
+  EXPECT_THROW(load_data(cfg, 0, 64), std::invalid_argument);
 }
 
 TEST(LoadData, RealFashionMnist) {
   const DataSection cfg;
   if (!fs::exists(cfg.root + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "no Fashion-MNIST at " << cfg.root;
-  const DataSplits d = load_data(cfg, 0);
+  const DataSplits d = load_data(cfg, 0, 64);
   EXPECT_EQ(d.description, "fashion-mnist 60000/10000 (784 features, 10 classes)");
   ASSERT_EQ(d.train.n, 60000);
   ASSERT_EQ(d.test.n, 10000);
@@ -298,8 +298,8 @@ DataSection synthetic(std::int64_t train, std::int64_t test) {
 }  // namespace
 
 TEST(SyntheticData, DeterministicAndKeyedBySampleIndex) {
-  const DataSplits a = load_data(synthetic(1000, 300), 17), b = load_data(synthetic(1000, 300), 17);
-  const DataSplits big = load_data(synthetic(2000, 100), 17), other = load_data(synthetic(1000, 300), 18);
+  const DataSplits a = load_data(synthetic(1000, 300), 17, 64), b = load_data(synthetic(1000, 300), 17, 64);
+  const DataSplits big = load_data(synthetic(2000, 100), 17, 64), other = load_data(synthetic(1000, 300), 18, 64);
   EXPECT_EQ(a.description, "synthetic teacher 1000/300 (64 features, 10 classes, teacher hidden 32)");
   EXPECT_EQ(a.train.x, b.train.x);
   EXPECT_EQ(a.train.y, b.train.y);
@@ -317,7 +317,7 @@ TEST(SyntheticData, DeterministicAndKeyedBySampleIndex) {
 
 TEST(SyntheticData, FeaturesAreStandardAndLabelsFollowTheTeacher) {
   const std::uint64_t seed = 5;
-  const DataSplits d = load_data(synthetic(4000, 10), seed);
+  const DataSplits d = load_data(synthetic(4000, 10), seed, 64);
   ASSERT_EQ(d.train.dim, 64);
   ASSERT_EQ(d.train.classes, 10);
   double s = 0, s2 = 0;
@@ -362,13 +362,13 @@ TEST(SyntheticData, RejectsUnusableSettings) {
   auto cfg = synthetic(100, 10);
   cfg.synthetic_classes = 1;
   try {
-    load_data(cfg, 0);
+    load_data(cfg, 0, 64);
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("data.synthetic_classes"), std::string::npos) << e.what();
   }
   cfg = synthetic(0, 10);
-  EXPECT_THROW(load_data(cfg, 0), std::invalid_argument);
+  EXPECT_THROW(load_data(cfg, 0, 64), std::invalid_argument);
 }
 
 namespace {
