@@ -19,5 +19,7 @@ divsim_python_test(python.analysis FILES test_run.py test_compare.py test_diagno
 divsim_python_test(python.faults FILES test_faults.py)
 divsim_python_test(python.notebook FILES test_notebook.py)
 divsim_python_test(python.evaluate FILES test_evaluate.py)
+# validation/text_data.py against the fixtures and the numbers the C++ loader's unit tests hold (no binary).
+divsim_python_test(python.text_data FILES test_text_data.py)
 # README's worked example, run as written and held to its printed figures.
 divsim_python_test(docs.readme_example FILES test_readme.py)
