@@ -30,7 +30,7 @@ def journal_record(kind, proc, procs, group, payload):
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 
 
-GENERATED = ("cli", "ini", "fault_spec", "idx", "journal")
+GENERATED = ("cli", "ini", "fault_spec", "idx", "text", "journal")
 
 
 def main():
@@ -63,6 +63,16 @@ def main():
     for name, im, lb in [("gzip", gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)),
                          ("plain", images, labels), ("wrong_magic", labels, images)]:
         put("idx", name, struct.pack("<H", len(im)) + im + lb)
+    # text: block_size byte (% 16 + 1), train_size and test_size bytes (% 4), the length of the first file,
+    # then the two files
+    fortunes = (b"%\nA fortune.\n%\nAnother one,\n\ton two lines.\n\t\t-- Someone\n%\n%\n" +
+                b"".join(b"Fortune %d: 100%% sure.\n%%\n" % k for k in range(12)))
+    for name, block, a, b in [("fortunes", 7, fortunes[:60], fortunes[60:]),
+                              ("crlf_few_documents", 3, b"one\r\n%\r\ntwo\r\n", b"%\nthree"),
+                              ("utf8_lengths", 15, "h\u00e9\u20ac\U0001F600\U0010FFFF\n%\n".encode() * 3, "\ud7ff\n%".encode()),
+                              ("overlong", 4, b"fine\n%\n", b"\xC0\xAF\n"),
+                              ("cut_sequence", 0, b"ok\n", b"\xF0\x9F\x98")]:
+        put("text", name, bytes([block, 0, 0, len(a)]) + a + b)
     # journals: two processes, a header group and two rows groups; and the same cut short
     body = b""
     for group, kind in enumerate([1, 3, 3]):
