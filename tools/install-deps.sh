@@ -10,8 +10,8 @@ packages=(
   libgtest-dev
   # OpenBLAS for divsim's backward matrix products (CMake option DIVSIM_OPENBLAS)
   libopenblas-pthread-dev
-  # data
-  dataset-fashion-mnist
+  # data: Fashion-MNIST, and the fortunes as character sequences for the gpt model (data.source=fortunes)
+  dataset-fashion-mnist fortunes
   # analysis, notebooks and the PyTorch reference peer (Debian's python3, not PyPI); OpenBLAS so torch
   # multiplies at a realistic rate
   python3 python3-h5py python3-numpy python3-pandas python3-matplotlib python3-pytest python3-torch
