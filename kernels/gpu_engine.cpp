@@ -101,7 +101,8 @@ class GpuEngine final : public Engine {
 
   int grad_parts() const override { return 1; }
   void allocate(Replica& r) const override;
-  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) override;
+  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, float grad_scale,
+                 LayerStatsBuffer* stats) override;
   EvalResult evaluate(const Replica& r, const Dataset& data) override;
 
  private:
@@ -109,7 +110,7 @@ class GpuEngine final : public Engine {
   void upload_inputs(Replica& r, DeviceReplica& d, std::int64_t step, int micro);
   void forward_layer(std::span<Replica> replicas, std::size_t l, std::int64_t step);
   void batchnorm_forward(std::span<Replica> replicas, const GpuLayer& layer);
-  void loss(Replica& r, DeviceReplica& d);
+  void loss(Replica& r, DeviceReplica& d, float grad_scale);
   void backward_layer(std::span<Replica> replicas, std::size_t l);
   void batchnorm_backward(std::span<Replica> replicas, const GpuLayer& layer);
   // Per-rank totals [ranks][n] of the per-rank sums in bn_parts_: over all logical ranks (sync_bn) or
@@ -255,7 +256,8 @@ void GpuEngine::host_stats(const gpu::DeviceBuffer<float>& device, std::int64_t 
   activation_stats(ConstMatView(host.data(), rows, cols), std::span<double, kStatCount>(out, kStatCount));
 }
 
-void GpuEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) {
+void GpuEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int micro, float grad_scale,
+                          LayerStatsBuffer* stats) {
   const auto& layers = layers_;
   const std::size_t L = layers.size();
   for (std::size_t k = 0; k < replicas.size(); ++k)
@@ -267,7 +269,7 @@ void GpuEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int mi
       for (std::size_t k = 0; k < replicas.size(); ++k)
         host_stats(dev_[k].out[l], layers[l].out, dev_[k].host, stats->forward.data() + (k * L + l) * kStatCount);
   }
-  for (std::size_t k = 0; k < replicas.size(); ++k) loss(replicas[k], dev_[k]);
+  for (std::size_t k = 0; k < replicas.size(); ++k) loss(replicas[k], dev_[k], grad_scale);
   for (std::size_t l = L; l-- > 0;) {
     if (stats)
       for (std::size_t k = 0; k < replicas.size(); ++k)
@@ -372,9 +374,9 @@ void GpuEngine::batchnorm_forward(std::span<Replica> replicas, const GpuLayer& l
   }
 }
 
-void GpuEngine::loss(Replica& r, DeviceReplica& d) {
+void GpuEngine::loss(Replica& r, DeviceReplica& d, float step_scale) {
   const int rows = i32(s_.plan.micro_batch), classes = i32(model_.classes());
-  const float grad_scale = s_.grad_scale * static_cast<float>(r.loss_scale);
+  const float grad_scale = step_scale * static_cast<float>(r.loss_scale);
   const LossParams& p = r.knobs.loss;
   const cudaStream_t stream = stream_.get();
   if (p.asl)

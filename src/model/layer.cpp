@@ -17,6 +17,21 @@ std::string to_string(const Shape& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
+void column_sums(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t stride, float* out, GradWrite write) {
+  constexpr std::int64_t kBlock = 256;
+  float sums[kBlock];
+  for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+    const std::int64_t n = std::min(kBlock, cols - c0);
+    std::fill_n(sums, n, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * stride + c0;
+      for (std::int64_t c = 0; c < n; ++c) sums[c] += row[c];
+    }
+    float* o = out + c0;
+    for (std::int64_t c = 0; c < n; ++c) o[c] = write == GradWrite::accumulate ? o[c] + sums[c] : sums[c];
+  }
+}
+
 ConstMatView OperandRounding::operator()(Role role, ConstMatView m) const {
   if (format_ == MatmulFormat::fp32) return m;
   const auto n = static_cast<std::size_t>(m.size());
@@ -48,8 +63,13 @@ double LayerSpec::option(const std::string& key, double fallback) const {
 }
 
 Layer::Layer(const LayerSpec& spec)
-    : style_(spec.style), name_(spec.name), inputs_(spec.inputs), options_(spec.options) {
+    : style_(spec.style), name_(spec.name), inputs_(spec.inputs), options_(spec.options), ties_(spec.ties) {
   if (inputs_.empty()) throw std::logic_error("layer " + name_ + " has no input");
+}
+
+void Layer::add_param(std::string name, Shape shape, Init init, bool shareable) {
+  const auto tie = ties_.find(name);
+  params_.push_back({std::move(name), std::move(shape), init, tie == ties_.end() ? "" : tie->second, shareable});
 }
 
 double Layer::option(const std::string& key, double fallback) const {
@@ -60,9 +80,18 @@ double Layer::option(const std::string& key, double fallback) const {
 void Layer::place(std::uint32_t index, std::vector<std::size_t> param_offsets, std::vector<std::size_t> buffer_offsets) {
   if (param_offsets.size() != params_.size() || buffer_offsets.size() != buffers_.size())
     throw std::logic_error("layer " + name_ + ": offsets do not match its tensors");
+  for (const auto& [param, key] : ties_)
+    if (std::none_of(params_.begin(), params_.end(), [&](const ParamSpec& s) { return s.name == param; }))
+      throw std::logic_error("layer " + name_ + " ties " + param + " to " + key + " but has no parameter " + param);
   index_ = index;
   param_offsets_ = std::move(param_offsets);
   buffer_offsets_ = std::move(buffer_offsets);
+  shared_.assign(params_.size(), false);
+}
+
+void Layer::share(std::size_t i) {
+  if (!params_.at(i).shareable) throw std::logic_error("layer " + name_ + "'s " + params_[i].name + " cannot be tied to");
+  shared_[i] = true;
 }
 
 std::map<std::string, LayerFactory>& layer_registry() {

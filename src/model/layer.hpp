@@ -50,6 +50,13 @@ struct ParamSpec {
   std::string name;  // within the layer: "weight", "bias", "in_proj_weight"
   Shape shape;
   Init init;
+  // Tied weights (GPT-2's output head is its token embedding): the state_dict key of an earlier layer's
+  // tensor this one IS (LayerSpec::ties); it has no storage of its own and its gradient adds onto that
+  // tensor's. Empty: the layer's own tensor.
+  std::string tied;
+  // Whether a later layer may tie to this tensor: the layer then adds its gradient onto the later layer's
+  // (write_of), which runs first in backward.
+  bool shareable = false;
 };
 
 struct BufferSpec {
@@ -74,6 +81,13 @@ struct MatrixProduct {
 };
 
 enum class GradWrite { accumulate, overwrite };
+
+// out[c] (=|+=) sum over r of x[r * stride + c], c < cols: a bias's (or a position table's) gradient.
+// Not Eigen's colwise().sum(), which vectorises with alignment-dependent peeling, so its bits would depend
+// on where the buffer happens to lie: rows are added in order into a block of sums that is then stored or
+// added, as a product is onto its weight gradient (one rounding per element either way, so overwrite
+// gives the bits of accumulating onto zeros; gemm_backend.hpp, accumulate_adds_rounded_product).
+void column_sums(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t stride, float* out, GradWrite write);
 
 // Matmul operands in the replica's precision: the view itself in fp32, else a rounded copy in one of the
 // engine's scratch areas (one per operand role, so the three operands of a product can coexist).
@@ -124,6 +138,7 @@ struct LayerSpec {
   std::string style, name;
   std::vector<Shape> inputs;
   std::map<std::string, double> options;
+  std::map<std::string, std::string> ties = {};  // parameter name -> the earlier tensor's key it is (ParamSpec::tied)
   double option(const std::string& key) const;                 // required (std::logic_error when missing)
   double option(const std::string& key, double fallback) const;
 };
@@ -160,6 +175,8 @@ class Layer {
   std::size_t buffer(std::size_t i) const { return buffer_offsets_[i]; }
   std::uint32_t index() const { return index_; }
   void place(std::uint32_t index, std::vector<std::size_t> param_offsets, std::vector<std::size_t> buffer_offsets);
+  // A later layer ties its parameter to this layer's parameter i (ParamSpec::shareable).
+  void share(std::size_t i);
 
   virtual void forward(const Pass& p) const = 0;
   // Evaluation mode (running statistics, no dropout); saved is empty.
@@ -171,7 +188,7 @@ class Layer {
 
  protected:
   void set_output(Shape s) { output_ = std::move(s); }
-  void add_param(std::string name, Shape shape, Init init) { params_.push_back({std::move(name), std::move(shape), init}); }
+  void add_param(std::string name, Shape shape, Init init, bool shareable = false);
   void add_buffer(std::string name, std::int64_t size, float value) { buffers_.push_back({std::move(name), size, value}); }
   void add_saved(std::string name, std::int64_t per_sample, std::int64_t per_replica = 0) {
     saved_.push_back({std::move(name), per_sample, per_replica});
@@ -186,11 +203,15 @@ class Layer {
   // A parameter or buffer of this replica, by declaration index.
   const float* weight_of(const Pass& p, std::size_t i) const { return p.params + param_offsets_[i]; }
   float* grad_of(const Pass& p, std::size_t i) const { return p.grads + param_offsets_[i]; }
+  // How backward_params writes parameter i's gradient: as the Pass says, or added when a later layer
+  // shares the tensor (its gradient is there already).
+  GradWrite write_of(const Pass& p, std::size_t i) const { return shared_[i] ? GradWrite::accumulate : p.write; }
 
  private:
   std::string style_, name_;
   std::vector<Shape> inputs_;
   std::map<std::string, double> options_;
+  std::map<std::string, std::string> ties_;
   Shape output_;
   std::vector<ParamSpec> params_;
   std::vector<BufferSpec> buffers_;
@@ -198,6 +219,7 @@ class Layer {
   std::vector<MatrixProduct> products_;
   std::int64_t work_per_sample_ = 0, work_per_call_ = 0;
   std::vector<std::size_t> param_offsets_, buffer_offsets_;
+  std::vector<bool> shared_;
   std::uint32_t index_ = 0;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "data/dataset.hpp"
+
 namespace divsim {
 namespace {
 
@@ -33,8 +35,12 @@ LossSums cross_entropy_forward_backward(ConstMatView logits, std::span<const std
   const auto classes = static_cast<double>(logits.cols());
   const double off = label_smoothing / classes;  // target mass on every class
   for (Eigen::Index i = 0; i < logits.rows(); ++i) {
-    const RowSoftmax r = row_softmax(logits, i);
     const Eigen::Index y = labels[i];
+    if (y == kIgnoredTarget) {
+      dlogits.row(i).setZero();
+      continue;
+    }
+    const RowSoftmax r = row_softmax(logits, i);
     double sum_neg_logp = 0.0;
     for (Eigen::Index c = 0; c < logits.cols(); ++c) {
       const double logp = logits(i, c) - r.max - r.log_sum_exp;
@@ -45,6 +51,7 @@ LossSums cross_entropy_forward_backward(ConstMatView logits, std::span<const std
     const double nll = -(logits(i, y) - r.max - r.log_sum_exp);
     sums.loss += (1.0 - label_smoothing) * nll + off * sum_neg_logp;
     sums.correct += r.argmax == y;
+    ++sums.counted;
   }
   return sums;
 }
@@ -53,6 +60,10 @@ LossSums asl_forward_backward(ConstMatView logits, std::span<const std::int32_t>
                               float grad_scale, MatView dlogits) {
   LossSums sums;
   for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    if (labels[i] == kIgnoredTarget) {
+      dlogits.row(i).setZero();
+      continue;
+    }
     Eigen::Index argmax = 0;
     for (Eigen::Index c = 0; c < logits.cols(); ++c) {
       const double z = logits(i, c);
@@ -80,6 +91,7 @@ LossSums asl_forward_backward(ConstMatView logits, std::span<const std::int32_t>
       dlogits(i, c) = grad_scale * static_cast<float>(grad);
     }
     sums.correct += argmax == labels[i];
+    ++sums.counted;
   }
   return sums;
 }
@@ -93,9 +105,11 @@ LossSums loss_forward_backward(ConstMatView logits, std::span<const std::int32_t
 LossSums cross_entropy_eval(ConstMatView logits, std::span<const std::int32_t> labels) {
   LossSums sums;
   for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    if (labels[i] == kIgnoredTarget) continue;
     const RowSoftmax r = row_softmax(logits, i);
     sums.loss -= logits(i, labels[i]) - r.max - r.log_sum_exp;
     sums.correct += r.argmax == labels[i];
+    ++sums.counted;
   }
   return sums;
 }

@@ -9,6 +9,8 @@
 // targets with per-class sigmoids p = sigmoid(z) and p_m = max(p - margin, 0):
 //   positive class: -(1 - p)^gamma_pos * log(p);   negative classes: -p_m^gamma_neg * log(1 - p_m)
 //   loss_i = sum over classes.
+// A row whose label is kIgnoredTarget (data/dataset.hpp: a padded sequence position) adds no loss, no
+// count and a zero gradient, as PyTorch's ignore_index.
 #include <cstdint>
 #include <span>
 
@@ -17,8 +19,9 @@
 namespace divsim {
 
 struct LossSums {
-  double loss = 0.0;        // sum of per-row losses
-  std::int64_t correct = 0; // rows whose argmax equals the label
+  double loss = 0.0;         // sum of per-row losses
+  std::int64_t correct = 0;  // rows whose argmax equals the label
+  std::int64_t counted = 0;  // rows with a label (not ignored)
 };
 
 struct LossParams {

@@ -10,8 +10,8 @@
 namespace divsim {
 
 int ModelBuilder::add(const std::string& style, const std::string& name, std::vector<int> inputs,
-                      std::map<std::string, double> options) {
-  LayerSpec spec{style, name, {}, std::move(options)};
+                      std::map<std::string, double> options, std::map<std::string, std::string> ties) {
+  LayerSpec spec{style, name, {}, std::move(options), std::move(ties)};
   for (const int a : inputs) {
     if (a < 0 || static_cast<std::size_t>(a) >= shapes_.size())
       throw std::logic_error("layer " + name + " reads an activation that does not exist yet");
@@ -26,6 +26,12 @@ int ModelBuilder::add(const std::string& style, const std::string& name, std::ve
 void ModelBuilder::flatten_input() {
   if (!nodes_.empty()) throw std::logic_error("flatten_input after a layer was added");
   shapes_[0] = {numel(shapes_[0])};
+}
+
+void ModelBuilder::eval_batch_within(std::int64_t floats) {
+  std::int64_t per_sample = 0;
+  for (const Shape& s : shapes_) per_sample += numel(s);
+  eval_batch_ = std::clamp<std::int64_t>(floats / per_sample, 10, 1000);
 }
 
 std::map<std::string, ModelBuild>& model_registry() {
@@ -46,8 +52,9 @@ Model::Model(const ModelSection& config, const Shape& input, std::int64_t classe
   nodes_ = std::move(b.nodes_);
   shapes_ = std::move(b.shapes_);
   eval_batch_ = b.eval_batch_;
-  if (shapes_.back() != Shape{classes})
-    throw std::logic_error("model " + config.type + " ends in " + to_string(shapes_.back()) + ", not one logit per class");
+  if (shapes_.back().empty() || shapes_.back().back() != classes || shapes_.back().size() > 2)
+    throw std::logic_error("model " + config.type + " ends in " + to_string(shapes_.back()) +
+                           ", not one logit per class (per position)");
 
   readers_.assign(shapes_.size(), 0);
   for (std::size_t l = 0; l < nodes_.size(); ++l) {
@@ -55,6 +62,10 @@ Model::Model(const ModelSection& config, const Shape& input, std::int64_t classe
     for (const int a : nodes_[l].inputs) ++readers_[static_cast<std::size_t>(a)];
     std::vector<std::size_t> params, buffers;
     for (const ParamSpec& p : layer.params()) {
+      if (!p.tied.empty()) {
+        params.push_back(tie(layer, p));
+        continue;
+      }
       const auto size = static_cast<std::size_t>(numel(p.shape));
       params.push_back(num_params_);
       tensors_.push_back({layer.name(), p.name, l, num_params_, size, p.shape, p.init});
@@ -67,6 +78,19 @@ Model::Model(const ModelSection& config, const Shape& input, std::int64_t classe
     }
     layer.place(static_cast<std::uint32_t>(l), std::move(params), std::move(buffers));
   }
+}
+
+std::size_t Model::tie(const Layer& layer, const ParamSpec& p) {
+  const auto owner = std::find_if(tensors_.begin(), tensors_.end(), [&](const ParamTensor& t) { return t.key() == p.tied; });
+  if (owner == tensors_.end())
+    throw std::logic_error("layer " + layer.name() + " ties " + p.name + " to " + p.tied + ", which no earlier layer has");
+  if (owner->shape != p.shape)
+    throw std::logic_error("layer " + layer.name() + " ties " + p.name + " " + to_string(p.shape) + " to " + p.tied + " " +
+                           to_string(owner->shape));
+  Layer& o = *nodes_[owner->layer_index].layer;
+  for (std::size_t i = 0; i < o.params().size(); ++i)
+    if (o.params()[i].name == owner->name) o.share(i);
+  return owner->offset;
 }
 
 std::int64_t Model::activation_floats() const {
@@ -130,8 +154,20 @@ std::string Model::to_json(const std::string& type) const {
       first = false;
     }
     out += "}, \"output_shape\": " + json_shape(layer.output_shape()) + ", \"params\": [";
-    for (std::size_t i = 0; i < layer.params().size(); ++i) out += (i ? ", " : "") + json_string(layer.params()[i].name);
-    out += "], \"buffers\": [";
+    first = true;
+    for (const ParamSpec& p : layer.params()) {
+      if (!p.tied.empty()) continue;
+      out += (first ? "" : ", ") + json_string(p.name);
+      first = false;
+    }
+    out += "], \"tied\": {";
+    first = true;
+    for (const ParamSpec& p : layer.params()) {
+      if (p.tied.empty()) continue;
+      out += (first ? "" : ", ") + json_string(p.name) + ": " + json_string(p.tied);
+      first = false;
+    }
+    out += "}, \"buffers\": [";
     for (std::size_t i = 0; i < layer.buffers().size(); ++i) out += (i ? ", " : "") + json_string(layer.buffers()[i].name);
     out += "]}";
   }

@@ -6,12 +6,14 @@
 // Activation 0 is the input batch; every layer reads one or two earlier activations and writes one new
 // one, so the list of layers is a topological order: forward runs it top to bottom, backward bottom to
 // top, and an activation read by several layers (a residual branch) gets the sum of their input
-// gradients. The last layer's output is the logits.
+// gradients. The last layer's output is the logits: (classes) per sample, or (T, classes) for a model
+// that predicts every position of a sequence.
 //
 // Parameters are laid out layer by layer in graph order, each layer's tensors in its declaration order,
 // and named as PyTorch's state_dict names them (scope + "." + tensor: "layer1.0.conv1.weight"), so a
 // PyTorch module built the same way loads /init and checkpoints one to one, and DDP's buckets (reverse
-// parameter order) mean the same thing here as there. This file only describes and initialises the
+// parameter order) mean the same thing here as there. A tied parameter (ParamSpec::tied) is one tensor,
+// listed where its owner is, as named_parameters() lists it once. This file only describes and initialises the
 // model; running it over replicas and ranks is train/'s job.
 #include <cstdint>
 #include <functional>
@@ -54,11 +56,15 @@ class ModelBuilder {
   // layer is added.
   void flatten_input();
   // Appends a layer of `style` named `name` (its parameters' scope) reading `inputs`; returns its output.
+  // `ties` maps a parameter of the new layer to the state_dict key of an earlier layer's tensor it shares.
   int add(const std::string& style, const std::string& name, std::vector<int> inputs,
-          std::map<std::string, double> options = {});
+          std::map<std::string, double> options = {}, std::map<std::string, std::string> ties = {});
   // Evaluation batch (rows per forward in eval mode): fixed per model so eval results do not depend on the
   // world size; smaller for models whose activations are large.
   void eval_batch(std::int64_t rows) { eval_batch_ = rows; }
+  // The eval batch whose activations (those added so far) fit `floats`, within [10, 1000] rows: for
+  // models whose activations grow with their settings; it never depends on the world size.
+  void eval_batch_within(std::int64_t floats);
 
  private:
   friend class Model;
@@ -79,6 +85,8 @@ class Model {
   std::int64_t features(int activation) const { return numel(shapes_[static_cast<std::size_t>(activation)]); }
   int readers(int activation) const { return readers_[static_cast<std::size_t>(activation)]; }
   int logits() const { return nodes_.back().output; }
+  // Rows of logits per sample: 1, or T for a sequence model.
+  std::int64_t targets() const { return features(logits()) / classes_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t num_params() const { return num_params_; }
   std::size_t num_buffers() const { return num_buffers_; }
@@ -104,6 +112,9 @@ class Model {
   void init_buffers(std::span<float> buffers) const;
 
  private:
+  // The offset of the earlier tensor that `p` of `layer` is, whose owner then adds its gradient.
+  std::size_t tie(const Layer& layer, const ParamSpec& p);
+
   std::vector<Node> nodes_;
   std::vector<Shape> shapes_;
   std::vector<int> readers_;

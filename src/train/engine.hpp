@@ -28,7 +28,6 @@ struct EngineSettings {
   std::vector<std::int64_t> product_rows;
   bool sync_bn = false;        // BN statistics over all logical ranks
   bool augment = false;
-  float grad_scale = 1.0f;     // multiplies dloss/dlogits of each sample (times the rank's loss scale)
 };
 
 // Per-layer statistics of one step for this process's ranks: [rank_count][L][kStatCount] and [rank_count][L].
@@ -48,10 +47,14 @@ class Engine {
   // Micro-step `micro` of optimizer step `step` over the samples already in each replica's `samples`.
   // Micro-step 0 starts the step's gradient (whatever the slots held before is overwritten), later
   // ones accumulate into the replicas' slots (host memory); losses into loss_parts/loss_sum.
-  // When `stats` is given, layer statistics of this micro-step are written into it.
-  virtual void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) = 0;
-  // Mean cross-entropy and accuracy of one replica on a dataset (eval mode: running BN statistics, no
-  // dropout), in batches of a fixed size so the result does not depend on the world size.
+  // `grad_scale` multiplies dloss/dlogits of every target (times the rank's loss scale): the step's loss
+  // normalisation (trainer.cpp). When `stats` is given, layer statistics of this micro-step are written
+  // into it.
+  virtual void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, float grad_scale,
+                         LayerStatsBuffer* stats) = 0;
+  // Mean cross-entropy per counted target and the fraction of targets predicted right, of one replica on
+  // a dataset (eval mode: running BN statistics, no dropout), in batches of a fixed size so the result
+  // does not depend on the world size.
   virtual EvalResult evaluate(const Replica& r, const Dataset& data) = 0;
 };
 

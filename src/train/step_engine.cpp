@@ -83,7 +83,7 @@ void StepEngine::allocate(Replica& r) const {
   r.buffers.assign(model_.num_buffers(), 0.0f);
   r.samples.assign(mb, 0);
   r.step_samples.assign(mb * sz(s_.plan.accum_steps), 0);
-  r.labels.assign(mb, 0);
+  r.labels.assign(mb * sz(data_.targets), 0);
   r.input.assign(mb * sz(model_.in_features()), 0.0f);
   const std::size_t A = model_.activations().size();
   r.act.assign(A, {});
@@ -164,11 +164,12 @@ void StepEngine::gather_inputs(Replica& r, std::int64_t step) const {
       augment_image(data_.row(s), dst, data_, r.knobs.augment_seed, step, s);
     else
       std::copy_n(data_.row(s), sz(d), dst);
-    r.labels[i] = data_.y[sz(s)];
+    std::copy_n(data_.targets_of(s), data_.targets, r.labels.data() + static_cast<std::int64_t>(i) * data_.targets);
   }
 }
 
-void StepEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) {
+void StepEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int micro, float grad_scale,
+                           LayerStatsBuffer* stats) {
   const std::size_t L = model_.size();
   const auto mb = ix(s_.plan.micro_batch);
   for (Replica& r : replicas) gather_inputs(r, step);
@@ -183,17 +184,18 @@ void StepEngine::run_micro(std::span<Replica> replicas, std::int64_t step, int m
     }
   }
 
-  // Loss and dloss/dlogits, chunk by chunk so each chunk's loss is its own partial.
+  // Loss and dloss/dlogits, chunk by chunk so each chunk's loss is its own partial; a sample has
+  // data_.targets rows of logits (one per sequence position for a sequence model).
   const auto logits = sz(model_.logits());
-  const std::int64_t classes = model_.classes();
+  const std::int64_t classes = model_.classes(), T = data_.targets;
   for (Replica& r : replicas) {
     for (int c = 0; c < chunks_per_micro_; ++c) {
-      const std::int64_t row0 = c * s_.chunk;
+      const std::int64_t row0 = c * s_.chunk * T;
       const LossSums sums = loss_forward_backward(
-          ConstMatView(r.act[logits].data() + sz(row0 * classes), ix(s_.chunk), ix(classes)),
-          std::span<const std::int32_t>(r.labels.data() + row0, sz(s_.chunk)), r.knobs.loss,
-          s_.grad_scale * static_cast<float>(r.loss_scale),
-          MatView(r.act_grad[logits].data() + sz(row0 * classes), ix(s_.chunk), ix(classes)));
+          ConstMatView(r.act[logits].data() + sz(row0 * classes), ix(s_.chunk * T), ix(classes)),
+          std::span<const std::int32_t>(r.labels.data() + row0, sz(s_.chunk * T)), r.knobs.loss,
+          grad_scale * static_cast<float>(r.loss_scale),
+          MatView(r.act_grad[logits].data() + sz(row0 * classes), ix(s_.chunk * T), ix(classes)));
       r.loss_parts[s_.deterministic ? sz(micro * chunks_per_micro_ + c) : 0] += sums.loss;
       r.loss_sum += sums.loss;
       r.correct += sums.correct;
@@ -298,7 +300,7 @@ void StepEngine::statistics_backward(std::span<Replica> replicas, std::size_t l,
 EvalResult StepEngine::evaluate(const Replica& r, const Dataset& data) {
   const std::int64_t batch = model_.eval_batch();
   double loss = 0.0;
-  std::int64_t correct = 0;
+  std::int64_t correct = 0, counted = 0;
   round_ = OperandRounding(r.knobs.matmul, {round_a_, round_b_, round_c_});
   for (std::int64_t first = 0; first < data.n; first += batch) {
     const std::int64_t rows = std::min(batch, data.n - first);
@@ -315,12 +317,14 @@ EvalResult StepEngine::evaluate(const Replica& r, const Dataset& data) {
       p.round = &round_;
       node.layer->forward_eval(p);
     }
-    const LossSums sums = cross_entropy_eval(ConstMatView(eval_act_[sz(model_.logits())].data(), ix(rows), ix(model_.classes())),
-                                             std::span<const std::int32_t>(data.y.data() + first, sz(rows)));
+    const LossSums sums =
+        cross_entropy_eval(ConstMatView(eval_act_[sz(model_.logits())].data(), ix(rows * data.targets), ix(model_.classes())),
+                           std::span<const std::int32_t>(data.targets_of(first), sz(rows * data.targets)));
     loss += sums.loss;
     correct += sums.correct;
+    counted += sums.counted;
   }
-  const auto n = static_cast<double>(data.n);
+  const auto n = static_cast<double>(counted);
   return {loss / n, static_cast<double>(correct) / n};
 }
 

@@ -26,7 +26,8 @@ class StepEngine final : public Engine {
   int chunks_per_micro() const { return chunks_per_micro_; }
   void allocate(Replica& r) const override;
 
-  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, LayerStatsBuffer* stats) override;
+  void run_micro(std::span<Replica> replicas, std::int64_t step, int micro, float grad_scale,
+                 LayerStatsBuffer* stats) override;
 
   EvalResult evaluate(const Replica& r, const Dataset& data) override;
 

@@ -169,7 +169,13 @@ std::string tensor_dims(const ParamTensor& t) {
   }
 }
 
-std::string init_path(const ParamTensor& t) { return "/init/" + t.layer + "/" + t.name; }
+// The state_dict key split at its last dot, module / parameter as PyTorch nests them
+// (/init/transformer.wte/weight for a layer "transformer" with a tensor "wte.weight").
+std::string init_path(const ParamTensor& t) {
+  const std::string key = t.key();
+  const std::size_t dot = key.rfind('.');
+  return "/init/" + key.substr(0, dot) + "/" + key.substr(dot + 1);
+}
 
 // /init: rank 0's initial parameters, one dataset per tensor.
 void write_init(TrajectoryWriter& writer, const ParamTensor& t, std::span<const float> values) {
@@ -303,6 +309,9 @@ class Run {
   void reset_knobs(Replica& r, std::int64_t step) const;
   void local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer);
   void own_gradient(Replica& r);  // r.own_grad = the rank's mean gradient before the reduction
+  void plan_samples(std::int64_t step, std::int64_t epoch, std::int64_t in_epoch);
+  void micro_samples(int micro);
+  double normalise_loss();
   void reduce();
   bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
   void checkpoint(TrajectoryWriter& writer, std::int64_t step);
@@ -320,7 +329,10 @@ class Run {
   DataSplits data_;
   Model model_;
   bool deterministic_ = false;
-  double divisor_ = 1.0;
+  // The step's loss normalisation (normalise_loss): the gradient allreduce divides by divisor_, and a
+  // rank's own gradient is its gradient sum times rank_scale_.
+  double divisor_ = 1.0, rank_scale_ = 1.0;
+  std::vector<double> counted_;  // per replica: the targets its samples of the step count
   double lr_factor_ = 1.0;  // batch.lr_scaling
   std::unique_ptr<Sampler> sampler_;
   std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
@@ -352,7 +364,6 @@ class Run {
   // Deterministic mode with the distributed (strided) sampler: a chunk is the strided set of global
   // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
   std::vector<std::size_t> chunk_order_;
-  std::vector<std::int64_t> reorder_scratch_;
   std::vector<double> part_sums_;  // a block of a rank's gradient summed over its chunk partials
 };
 
@@ -379,6 +390,11 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) +
                                           " was written with another configuration; resume with the same settings");
   }
+  if (model_.targets() != data_.train.targets)
+    throw ConfigError("model.type", cfg_.model.type + " predicts " + std::to_string(model_.targets()) +
+                                        " target(s) per sample, but the samples of data.source=" + cfg_.data.source +
+                                        " have " + std::to_string(data_.train.targets) +
+                                        (data_.train.targets > 1 ? " (sequences: use model.type=gpt)" : ""));
   const ReduceMode mode = parse_reduce_mode(cfg_.dist.reduce);
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
@@ -399,10 +415,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
   // the chunk); the other products may take the whole micro-batch where a row's bits do not change.
   if (deterministic_ && cfg_.run.device != "cuda") es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
-  // PyTorch: each rank's loss is the mean over its micro-batch divided by accum_steps, and DDP divides
-  // the summed gradients by W. Deterministic mode sums unscaled partials and divides once at the end.
-  es.grad_scale = deterministic_ ? 1.0f : static_cast<float>(1.0 / static_cast<double>(plan_.per_rank_step()));
-  divisor_ = deterministic_ ? static_cast<double>(plan_.global_batch) : proc_.world_size;
 
   try {
     sampler_ = std::make_unique<Sampler>(
@@ -419,7 +431,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(es.chunk);
     for (std::size_t q = 0; q < mb / c; ++q)
       for (std::size_t t = 0; t < c; ++t) chunk_order_.push_back(q + t * (mb / c));
-    reorder_scratch_.resize(mb);
   }
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
 
@@ -463,6 +474,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     setup_events_.push_back({step, rank, kind, detail});
   };
   replicas_.resize(static_cast<std::size_t>(proc_.rank_count));
+  counted_.assign(replicas_.size(), 0.0);
   order_rows_.resize(replicas_.size());
   all_order_rows_.resize(static_cast<std::size_t>(proc_.world_size));
   for (int k = 0; k < proc_.rank_count; ++k) {
@@ -638,7 +650,7 @@ DIVSIM_WIDE_VECTORS double scaled_sum_of_squares(const double* v, std::size_t n,
 void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) {
   const std::size_t L = model_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(reduce_parts_);
-  const double scale = deterministic_ ? 1.0 / static_cast<double>(plan_.per_rank_step()) : 1.0;
+  const double scale = deterministic_ ? rank_scale_ : 1.0;
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
   part_sums_.resize(kPartBlock);
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
@@ -670,13 +682,60 @@ void Run::own_gradient(Replica& r) {
   std::copy_n(r.grads.begin(), np, r.own_grad.begin());
   if (!deterministic_) return;
   const auto parts = static_cast<std::size_t>(reduce_parts_);
-  const double scale = 1.0 / static_cast<double>(plan_.per_rank_step());
+  const double scale = rank_scale_;
   part_sums_.resize(kPartBlock);
   for (std::size_t lo = 0; lo < np; lo += kPartBlock) {
     const std::size_t n = std::min(kPartBlock, np - lo);
     sum_partials(r.grads.data(), parts, np, lo, n, part_sums_.data());
     for (std::size_t i = 0; i < n; ++i) r.own_grad[lo + i] = static_cast<float>(part_sums_[i] * scale);
   }
+}
+
+// Every replica's samples of the step, all micro-steps (a fault may choose them).
+void Run::plan_samples(std::int64_t step, std::int64_t epoch, std::int64_t in_epoch) {
+  for (int micro = 0; micro < plan_.accum_steps; ++micro)
+    for (Replica& r : replicas_) {
+      if (!faults_->plan_samples(SampleRequest{*sampler_, step, epoch, in_epoch, micro}, r))
+        sampler_->micro_batch(r.rank, in_epoch, micro, r.samples);
+      std::copy(r.samples.begin(), r.samples.end(), r.step_samples.begin() + micro * plan_.micro_batch);
+    }
+}
+
+// Micro-step `micro`'s samples into each replica's `samples`, in the engine's chunk order.
+void Run::micro_samples(int micro) {
+  for (Replica& r : replicas_) {
+    const auto first = r.step_samples.begin() + micro * plan_.micro_batch;
+    if (chunk_order_.empty()) {
+      std::copy_n(first, plan_.micro_batch, r.samples.begin());
+      continue;
+    }
+    for (std::size_t i = 0; i < chunk_order_.size(); ++i) r.samples[i] = first[static_cast<std::ptrdiff_t>(chunk_order_[i])];
+  }
+}
+
+// The loss of a step is the mean over every target of the global batch (the gradient too): a classifier
+// counts one target per sample, a sequence model the positions that are not padding, whose total is
+// summed over all ranks before the backward pass (as a token-normalised loss must be, or a rank with more
+// padding would weigh more). PyTorch's DDP divides the summed gradients by W, so each rank scales its
+// loss by W / targets; deterministic mode sums unscaled partials and divides by the targets at the end.
+// Returns the step's targets.
+double Run::normalise_loss() {
+  const Dataset& d = data_.train;
+  double local = 0.0;
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    std::int64_t c = 0;
+    for (const std::int64_t s : replicas_[k].step_samples) c += d.targets == 1 ? 1 : d.counted(s);
+    counted_[k] = static_cast<double>(c);
+    local += counted_[k];
+  }
+  double targets = static_cast<double>(plan_.global_batch);
+  if (d.targets > 1) {  // integer counts: the sum is exact in any order
+    targets = local;
+    allreduce_in_place(&targets, 1, MPI_DOUBLE, MPI_SUM, comm_);
+  }
+  rank_scale_ = static_cast<double>(proc_.world_size) / targets;
+  divisor_ = deterministic_ ? targets : static_cast<double>(proc_.world_size);
+  return targets;
 }
 
 // The gradient allreduce with its participation and ordering knobs. Ranks left out contribute zeros
@@ -845,23 +904,17 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
       r.loss_sum = 0.0;
       r.correct = 0;
     }
+    plan_samples(step, epoch, in_epoch);
+    const double targets = normalise_loss();
+    const float grad_scale = deterministic_ ? 1.0f : static_cast<float>(rank_scale_);
     for (int micro = 0; micro < plan_.accum_steps; ++micro) {
-      for (Replica& r : replicas_) {
-        if (!faults_->plan_samples(SampleRequest{*sampler_, step, epoch, in_epoch, micro}, r))
-          sampler_->micro_batch(r.rank, in_epoch, micro, r.samples);
-        std::copy(r.samples.begin(), r.samples.end(), r.step_samples.begin() + micro * plan_.micro_batch);
-        if (!chunk_order_.empty()) {
-          for (std::size_t i = 0; i < chunk_order_.size(); ++i) reorder_scratch_[i] = r.samples[chunk_order_[i]];
-          std::copy(reorder_scratch_.begin(), reorder_scratch_.end(), r.samples.begin());
-        }
-      }
-      engine_->run_micro(replicas_, step, micro, record_layers && micro == 0 ? &stats : nullptr);
+      micro_samples(micro);
+      engine_->run_micro(replicas_, step, micro, grad_scale, record_layers && micro == 0 ? &stats : nullptr);
     }
 
     if (record_layers)  // gradients w.r.t. outputs as PyTorch sees them: per-rank mean loss, unscaled
       for (std::size_t k = 0; k < R; ++k) {
-        const double unscale = (deterministic_ ? 1.0 / static_cast<double>(plan_.per_rank_step()) : 1.0) /
-                               replicas_[k].loss_scale;
+        const double unscale = (deterministic_ ? rank_scale_ : 1.0) / replicas_[k].loss_scale;
         for (std::size_t i = k * L * kStatCount; i < (k + 1) * L * kStatCount; ++i) stats.backward[i] *= unscale;
       }
     // A corrupted gradient is the rank's own, as the allreduce receives it (a fixed-point sum's first part).
@@ -870,7 +923,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
     local_gradient_norms(gnorm_local, stats.grad_norm);
     for (std::size_t k = 0; k < R; ++k) {
       Replica& r = replicas_[k];
-      loss[k] = r.loss_sum / static_cast<double>(plan_.per_rank_step());
+      loss[k] = r.loss_sum / counted_[k];
       std::copy(r.loss_parts.begin(), r.loss_parts.end(), loss_parts.begin() + static_cast<std::ptrdiff_t>(k * parts));
       if (!r.knobs.participates || r.knobs.extra_updates > 0 || r.knobs.local_overflow_check) own_gradient(r);
       local_overflow[k] = r.knobs.local_overflow_check &&
@@ -878,7 +931,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
     }
     double global_loss = 0.0;
     reducer_->sum_statistics(loss_parts, static_cast<int>(parts), std::span<double>(&global_loss, 1));
-    global_loss /= static_cast<double>(plan_.global_batch);
+    global_loss /= targets;
 
     reduce();
     const bool skip_nonfinite = handle_nonfinite(step, loss, gnorm_local);

@@ -70,7 +70,6 @@ struct Bench {
     settings.plan = {o.replicas, kMicro, kAccum, kMicro * kAccum * o.replicas};
     settings.chunk = kMicro;
     settings.sync_bn = o.sync_bn;
-    settings.grad_scale = static_cast<float>(1.0 / (kMicro * kAccum));
   }
 
   std::vector<Replica> replicas(const Engine& engine, MatmulFormat format) const {
@@ -105,7 +104,7 @@ struct Bench {
         for (std::size_t i = 0; i < r.samples.size(); ++i)
           r.samples[i] = (((step * kAccum + micro) * options.replicas + r.rank) * kMicro +
                           static_cast<std::int64_t>(i) * 7) % train.n;
-      engine.run_micro(reps, step, micro, micro == 0 ? &stats : nullptr);
+      engine.run_micro(reps, step, micro, static_cast<float>(1.0 / (kMicro * kAccum)), micro == 0 ? &stats : nullptr);
     }
     return stats;
   }

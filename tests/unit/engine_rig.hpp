@@ -45,6 +45,31 @@ inline Dataset make_images(std::int64_t n, int height, int width, std::int64_t c
   return d;
 }
 
+// Token sequences of length T over a vocabulary of V: ids drawn uniformly, targets the next id; sample i
+// is padded after T - 2 (i % 3) positions (inputs 0, targets kIgnoredTarget), as the text loaders pad.
+inline Dataset make_sequences(std::int64_t n, std::int64_t T, std::int64_t V, std::uint32_t what = 1) {
+  Dataset d;
+  d.n = n;
+  d.dim = d.targets = T;
+  d.classes = V;
+  const KeyedStream ids(77, Stream::synthetic, what, 2);
+  d.x.resize(static_cast<std::size_t>(n * T));
+  d.y.resize(d.x.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t length = T - 2 * (i % 3);
+    std::vector<std::int32_t> seq(static_cast<std::size_t>(T + 1));
+    for (std::int64_t t = 0; t <= T; ++t)
+      seq[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(ids.below(static_cast<std::uint64_t>(i * (T + 1) + t),
+                                                                             static_cast<std::uint64_t>(V)));
+    for (std::int64_t t = 0; t < T; ++t) {
+      const auto at = static_cast<std::size_t>(i * T + t);
+      d.x[at] = t < length ? static_cast<float>(seq[static_cast<std::size_t>(t)]) : 0.0f;
+      d.y[at] = t < length ? seq[static_cast<std::size_t>(t + 1)] : kIgnoredTarget;
+    }
+  }
+  return d;
+}
+
 // A sample's shape as the models see it, as the trainer gives it: (C, H, W) for images, else flat.
 inline Shape sample_shape(const Dataset& d) {
   if (d.height == 0) return {d.dim};
@@ -72,8 +97,6 @@ inline EngineSettings settings_for(const RigSpec& s) {
   es.chunk = s.chunk > 0 ? s.chunk : s.micro;
   es.deterministic = s.reduce == ReduceMode::deterministic;
   es.sync_bn = s.sync_bn;
-  // As the step loop sets it: per-rank mean in the mpi mode, unscaled partials in the deterministic one.
-  es.grad_scale = es.deterministic ? 1.0f : 1.0f / static_cast<float>(es.plan.per_rank_step());
   return es;
 }
 
@@ -94,7 +117,10 @@ struct Rig {
         engine(model, data, *reducer, settings_for(spec)),
         replicas(static_cast<std::size_t>(spec.ranks)),
         micro(spec.micro),
-        accum(spec.accum) {
+        accum(spec.accum),
+        // As the step loop sets it for a classifier: per-rank mean in the mpi mode, unscaled partials in
+        // the deterministic one.
+        grad_scale(spec.reduce == ReduceMode::deterministic ? 1.0f : 1.0f / static_cast<float>(spec.micro * spec.accum)) {
     for (std::size_t k = 0; k < replicas.size(); ++k) {
       Replica& r = replicas[k];
       r.rank = static_cast<int>(k);
@@ -117,7 +143,7 @@ struct Rig {
     for (int j = 0; j < accum; ++j) {
       for (std::size_t k = 0; k < replicas.size(); ++k)
         std::copy_n(samples[k].begin() + j * micro, micro, replicas[k].samples.begin());
-      engine.run_micro(replicas, step, j, nullptr);
+      engine.run_micro(replicas, step, j, grad_scale, nullptr);
     }
   }
 
@@ -138,6 +164,7 @@ struct Rig {
   std::vector<Replica> replicas;
   std::int64_t micro;
   int accum;
+  float grad_scale;
 };
 
 }  // namespace divsim::test

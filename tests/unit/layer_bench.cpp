@@ -52,6 +52,14 @@ LayerBench::LayerBench(const LayerSpec& spec, std::int64_t r, double input_scale
   work_.resize(static_cast<std::size_t>(layer_->workspace(rows)));
 }
 
+void LayerBench::token_ids(std::size_t i, std::int64_t bound) {
+  const KeyedStream s(20261207, Stream::synthetic, 30 + static_cast<std::uint32_t>(i));
+  for (std::size_t j = 0; j < x[i].size(); ++j)
+    x[i][j] = static_cast<float>(
+        std::min<std::int64_t>(bound - 1, static_cast<std::int64_t>(s.uniform(j) * static_cast<float>(bound))));
+  dx[i].clear();
+}
+
 Pass LayerBench::pass() {
   round_ = std::make_unique<OperandRounding>(format, std::array<std::span<float>, 3>{round_scratch_[0], round_scratch_[1],
                                                                                      round_scratch_[2]});

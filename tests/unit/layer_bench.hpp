@@ -24,6 +24,8 @@ class LayerBench {
   void forward_eval(std::vector<float>& out);
   // Parameter gradients into `grads` as `write` says, then the input gradients.
   void backward(GradWrite write);
+  // Input i holds indices in [0, bound) (token ids, random) instead of values, and has no gradient.
+  void token_ids(std::size_t i, std::int64_t bound);
 
   std::int64_t rows;
   std::vector<float> params, grads, buffers, y, dy;

@@ -87,14 +87,7 @@ bool check_layer_against_torch(const TorchLayerCase& c, std::string& skipped) {
   const Layer& layer = bench.layer();
   const std::int64_t rows = c.rows;
   const std::size_t nin = layer.input_shapes().size();
-  for (const int i : c.integer_inputs) {
-    const auto k = static_cast<std::size_t>(i);
-    const KeyedStream s(20261207, Stream::synthetic, 30 + static_cast<std::uint32_t>(i));
-    for (std::size_t j = 0; j < bench.x[k].size(); ++j)
-      bench.x[k][j] = static_cast<float>(std::min<std::int64_t>(
-          c.integer_bound - 1, static_cast<std::int64_t>(s.uniform(j) * static_cast<float>(c.integer_bound))));
-    bench.dx[k].clear();  // token ids have no gradient
-  }
+  for (const int i : c.integer_inputs) bench.token_ids(static_cast<std::size_t>(i), c.integer_bound);
   const std::vector<float> buffers_before = bench.buffers;
   bench.forward();
   bench.backward(GradWrite::overwrite);

@@ -1,6 +1,8 @@
 // Linear, https://pytorch.org/docs/stable/generated/torch.nn.Linear.html, applied to the last axis:
 // inp (B, ..., IN) -> out (B, ..., OUT), out = inp w^T + b with w (OUT, IN), b (OUT). Settings: out,
-// bias (1/0). Init as PyTorch: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(IN), 1/sqrt(IN)) for w and b.
+// bias (1/0), init_std. Init as PyTorch: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(IN), 1/sqrt(IN)) for w
+// and b; with init_std > 0 as GPT-2 instead: w ~ N(0, init_std), b = 0. The weight may be tied to an
+// earlier tensor of the same shape (LayerSpec::ties: GPT-2's output head, logits = h wte^T).
 // Every product's operands are rounded to the replica's matmul format (tf32/bf16/fp16 emulation).
 #include <algorithm>
 #include <cmath>
@@ -22,9 +24,9 @@ class Linear final : public Layer {
     Shape out = in;
     out.back() = out_;
     set_output(out);
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-    add_param("weight", {out_, in_}, Init::uniform(bound));
-    if (bias_) add_param("bias", {out_}, Init::uniform(bound));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_)), std = s.option("init_std", 0.0);
+    add_param("weight", {out_, in_}, std > 0.0 ? Init::normal(std) : Init::uniform(bound));
+    if (bias_) add_param("bias", {out_}, std > 0.0 ? Init::constant(0.0) : Init::uniform(bound));
     add_product({rows_per_sample_, in_, out_});
   }
 
@@ -43,21 +45,7 @@ class Linear final : public Layer {
     const ConstMatView dy = (*p.round)(OperandRounding::gradient, ConstMatView(p.dy, rows(p), out_));
     const ConstMatView x = (*p.round)(OperandRounding::activation, ConstMatView(p.x[0], rows(p), in_));
     gemm_tn(dy, x, MatView(grad_of(p, 0), out_, in_), accumulate);
-    if (!bias_) return;
-    // Not dy.colwise().sum(): Eigen vectorises that reduction with alignment-dependent peeling, so its
-    // bits would depend on where the buffer happens to lie in memory. Rows are added in order here, into
-    // a block of column sums that is then stored or added onto db, as the product is onto dw: one
-    // rounding per element either way (gemm_backend.hpp, accumulate_adds_rounded_product).
-    constexpr Eigen::Index kBlock = 256;
-    float sums[kBlock];
-    float* db = grad_of(p, 1);
-    for (Eigen::Index c0 = 0; c0 < dy.cols(); c0 += kBlock) {
-      const Eigen::Index n = std::min(kBlock, dy.cols() - c0);
-      std::fill_n(sums, n, 0.0f);
-      for (Eigen::Index i = 0; i < dy.rows(); ++i)
-        for (Eigen::Index c = 0; c < n; ++c) sums[c] += dy(i, c0 + c);
-      for (Eigen::Index c = 0; c < n; ++c) db[c0 + c] = accumulate ? db[c0 + c] + sums[c] : sums[c];
-    }
+    if (bias_) column_sums(dy.data(), dy.rows(), out_, out_, grad_of(p, 1), p.write);
   }
 
   // dinp (B, ..., IN) = dy w

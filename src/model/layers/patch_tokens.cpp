@@ -50,28 +50,8 @@ class PatchTokens final : public Layer {
   // dpos_embed (1 + HW, C) += sum over rows of dy ; dcls_token (C) += sum over rows of dy[:, 0] (the
   // chunk's rows, in order). dcls is dpos's first token: the same sums, so it takes their values.
   void backward_params(const Pass& p) const override {
-    const bool accumulate = p.write == GradWrite::accumulate;
-    float* dcls = grad_of(p, 0);
-    float* dpos = grad_of(p, 1);
-    // As linear.cpp's bias: rows added in order into a stack block of column sums (over the flat
-    // (1 + HW) C columns), then stored or added: one rounding per element, so overwrite gives the bits
-    // of accumulating onto zeros.
-    constexpr std::int64_t kBlock = 256;
-    float sums[kBlock];
-    const std::int64_t cols = t_ * c_;
-    for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const std::int64_t n = std::min(kBlock, cols - c0);
-      std::fill_n(sums, n, 0.0f);
-      for (std::int64_t r = 0; r < p.rows; ++r) {
-        const float* dy = p.dy + r * cols + c0;
-        for (std::int64_t c = 0; c < n; ++c) sums[c] += dy[c];
-      }
-      for (std::int64_t c = 0; c < n; ++c) {
-        const std::int64_t j = c0 + c;
-        dpos[j] = accumulate ? dpos[j] + sums[c] : sums[c];
-        if (j < c_) dcls[j] = accumulate ? dcls[j] + sums[c] : sums[c];
-      }
-    }
+    column_sums(p.dy, p.rows, t_ * c_, t_ * c_, grad_of(p, 1), p.write);
+    column_sums(p.dy, p.rows, c_, t_ * c_, grad_of(p, 0), p.write);
   }
 
   // dinp (B, C, H, W) = dy[:, 1:] transposed back

@@ -18,7 +18,6 @@
 //   - GELU is the exact (erf) form, as timm's nn.GELU default;
 //   - model.dropout drops after attn.proj and after mlp.fc2 only (timm's proj_drop and the Mlp's second
 //     drop); timm's pos_drop, attn_drop and the Mlp's drop after the activation, and drop_path, are absent.
-#include <algorithm>
 #include <string>
 
 #include "config/config_error.hpp"
@@ -63,11 +62,8 @@ void build_vit(ModelBuilder& b) {
   x = b.add("linear", "head", {x}, {{"out", static_cast<double>(b.classes)}});
 
   // Evaluation keeps one buffer of eval_batch rows per activation: about 80k floats a sample for the
-  // defaults (dim 64, depth 4, 17 tokens), ~1.4M at dim 384, depth 12. Budget 64M floats (256 MB),
-  // within [10, 1000] rows; it depends on the settings only, never on the world size.
-  std::int64_t per_sample = 0;
-  for (int a = 0; a <= x; ++a) per_sample += numel(b.shape(a));
-  b.eval_batch(std::clamp<std::int64_t>((std::int64_t{64} << 20) / per_sample, 10, 1000));
+  // defaults (dim 64, depth 4, 17 tokens), ~1.4M at dim 384, depth 12. Budget 64M floats (256 MB).
+  b.eval_batch_within(std::int64_t{64} << 20);
 }
 
 }  // namespace

@@ -40,12 +40,23 @@ const std::map<std::string, LayerSpec>& examples() {
       {"attention", {"attention", "attn", {{4, 12}}, {{"heads", 2}, {"causal", 1}}}},
       {"patch_tokens", {"patch_tokens", "tokens", {{3, 2, 2}}, {}}},
       {"class_token", {"class_token", "cls", {{4, 3}}, {}}},
+      {"embedding", {"embedding", "wte", {{6}}, {{"vocab", 5}, {"dim", 4}}}},
   };
   return specs;
 }
 
+
 constexpr std::int64_t kRows = 4;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Styles whose input is token ids, with their bound.
+const std::map<std::string, std::int64_t> kTokenInputs = {{"embedding", 5}};
+
+test::LayerBench bench_for(const std::string& style) {
+  test::LayerBench b(examples().at(style), kRows);
+  if (kTokenInputs.contains(style)) b.token_ids(0, kTokenInputs.at(style));
+  return b;
+}
 
 bool all_finite(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
@@ -62,7 +73,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(LayerContract, EveryStyleWritesItsOutputsAndHonoursGradWrite) {
   for (const auto& [style, factory] : layer_registry()) {
     ASSERT_TRUE(examples().contains(style)) << "layer style " << style << " has no example in contract_test.cpp";
-    test::LayerBench b(examples().at(style), kRows);
+    test::LayerBench b = bench_for(style);
     std::fill(b.y.begin(), b.y.end(), kNaN);
     b.forward();
     EXPECT_TRUE(all_finite(b.y)) << style << ": forward left output elements unwritten";
@@ -76,7 +87,7 @@ TEST(LayerContract, EveryStyleWritesItsOutputsAndHonoursGradWrite) {
     EXPECT_TRUE(all_finite(b.grads)) << style;
     for (const auto& dx : b.dx) EXPECT_TRUE(all_finite(dx)) << style << ": an input gradient element was not overwritten";
     // Reduced precision rounds operands through the engine's scratch (or the layer's workspace): it must fit.
-    test::LayerBench bf16(examples().at(style), kRows);
+    test::LayerBench bf16 = bench_for(style);
     bf16.format = MatmulFormat::bf16;
     EXPECT_NO_THROW(bf16.forward()) << style << " in bf16";
     EXPECT_NO_THROW(bf16.backward(GradWrite::overwrite)) << style << " in bf16";
