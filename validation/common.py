@@ -185,7 +185,14 @@ def load_data(cfg):
         return (*fashion_mnist(cfg.text("data.root"), cfg.int("data.train_size"), cfg.int("data.test_size")), 10)
     if source == "hdf5":
         return hdf5_data(cfg.text("data.path"), cfg.int("data.train_size"), cfg.int("data.test_size"))
-    raise ValidationError(f"data.source={source}: only fashion-mnist and hdf5 data can be replayed")
+    if source in ("fortunes", "text"):
+        from validation.text_data import fortune_files, load_text
+
+        files = fortune_files() if source == "fortunes" else [cfg.text("data.path")]
+        x_train, y_train, x_test, y_test, vocabulary = load_text(files, cfg.int("model.block_size"),
+                                                                 cfg.int("data.train_size"), cfg.int("data.test_size"))
+        return x_train, y_train, x_test, y_test, len(vocabulary)
+    raise ValidationError(f"data.source={source}: only fashion-mnist, hdf5, fortunes and text data can be replayed")
 
 
 def build_mlp(cfg, in_features=784, classes=10, dropout=None):

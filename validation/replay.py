@@ -60,6 +60,8 @@ def check_replayable(cfg, data, model):
         (cfg.text("precision.matmul") != "fp32", "precision.matmul must be fp32 (torch's CPU matmul has no TF32/BF16 emulation)"),
         (cfg.text("precision.amp") != "none", "precision.amp must be none"),
         (cfg.bool("data.augment"), "data.augment=true: augmentations are drawn from divsim's keyed streams"),
+        (cfg.text("model.type") == "gpt" and cfg.text("loss.type") != "cross_entropy",
+         "loss.type must be cross_entropy for a sequence model"),
         ("train/samples" not in data, "record.samples=true is needed (/train/samples is missing)"),
         (not any(k.startswith("init/") for k in data), "record.init_params=true is needed (/init is missing)"),
     ]
@@ -97,12 +99,17 @@ def make_optimizer(cfg, params):
 
 
 def per_sample_loss(cfg, logits, labels):
-    """Per-sample training loss as divsim documents it (the caller takes the mean over the micro-batch)."""
+    """Per-target training loss as divsim documents it: one per sample for a classifier (the caller takes
+    the mean over the micro-batch), one per position for a sequence model, 0 where the target is padding
+    (-1; the caller divides by the step's count of the others)."""
     import torch
     import torch.nn.functional as F
 
+    if logits.dim() == 3:
+        logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     if cfg.text("loss.type") == "cross_entropy":
-        return F.cross_entropy(logits, labels, reduction="none", label_smoothing=cfg.float("loss.label_smoothing"))
+        return F.cross_entropy(logits, labels, reduction="none", ignore_index=-1,
+                               label_smoothing=cfg.float("loss.label_smoothing"))
     # ASL, summed over classes: positives -(1-p)^gp log p, negatives -pm^gn log(1-pm), pm = max(p - margin, 0)
     p = torch.sigmoid(logits)
     pos = F.one_hot(labels, logits.shape[1]).bool()
@@ -196,6 +203,17 @@ def replay(path, steps=None, dtype="float32", row_order=None):
     def norm(tensors):
         return float(np.sqrt(sum(float((t.double() ** 2).sum()) for t in tensors)))
 
+    # A sequence model's loss is the mean over the step's unpadded targets of all ranks; each rank scales
+    # its sum by W / that count so DDP's average gives it (docs/models.md). A classifier's is the mean
+    # over its micro-batch divided by the micro-steps, as PyTorch's recipe writes it.
+    sequences = y_train.dim() == 2
+
+    def counted(step, rank):
+        return int((y_train[torch.from_numpy(samples[step, rank].astype(np.int64))] != -1).sum()) if sequences else B
+
+    def backward(lv, step_targets):
+        (lv.sum() * (W / step_targets) if sequences else lv.mean() / accum).backward()
+
     model.train()
     for step in range(n):
         current[0] = step
@@ -203,6 +221,8 @@ def replay(path, steps=None, dtype="float32", row_order=None):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=False)
+        per_rank = [counted(step, r) for r in range(W)]
+        step_targets = sum(per_rank)
         if sync_bn:
             # SyncBN with DDP's average is one batch of all ranks' micro-batches and its mean loss.
             for m in range(accum):
@@ -221,8 +241,8 @@ def replay(path, steps=None, dtype="float32", row_order=None):
                 for m in range(accum):
                     x, y = batch(step, r, m)
                     lv = per_sample_loss(cfg, model(x), y)
-                    (lv.mean() / accum).backward()
-                    out["loss"][step, r] += float(lv.detach().double().sum()) / B
+                    backward(lv, step_targets)
+                    out["loss"][step, r] += float(lv.detach().double().sum()) / per_rank[r]
                 grads = [p.grad.clone() for p in params]
                 out["grad_norm_local"][step, r] = norm(grads)
                 reduced = grads if reduced is None else [a + g for a, g in zip(reduced, grads)]
@@ -243,10 +263,13 @@ def replay(path, steps=None, dtype="float32", row_order=None):
             model.eval()
             with torch.no_grad():
                 logits = torch.cat([model(x_test[i:i + 1000]) for i in range(0, len(x_test), 1000)])
-                nll = -torch.log_softmax(logits, dim=1).gather(1, y_test[:, None]).double()
+                logits, y = logits.reshape(-1, logits.shape[-1]), y_test.reshape(-1)
+                keep = y != -1
+                logits, y = logits[keep], y[keep]
+                nll = -torch.log_softmax(logits, dim=1).gather(1, y[:, None]).double()
                 out["eval_step"].append(step)
                 out["eval_loss"].append(float(nll.mean()))
-                out["eval_accuracy"].append(float((logits.argmax(dim=1) == y_test).double().mean()))
+                out["eval_accuracy"].append(float((logits.argmax(dim=1) == y).double().mean()))
             model.train()
     return out
 

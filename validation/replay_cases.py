@@ -52,6 +52,11 @@ CASES = {
     # Attention, LayerNorm, GELU, patch and class tokens.
     "vit_adamw_w2": (2, ["--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2", "--optim.type=adamw",
                          "--optim.lr=0.001", "--batch.global=32", "--data.test_size=1000"]),
+    # Embeddings, causal attention, the tied head, and a loss over padded sequences normalised by the
+    # global count of their targets.
+    "gpt_adamw_w2": (2, ["--model.type=gpt", "--data.source=fortunes", "--model.block_size=32", "--model.dim=32",
+                         "--model.depth=2", "--model.heads=2", "--optim.type=adamw", "--optim.lr=0.003",
+                         "--batch.global=32", "--data.test_size=500"]),
 }
 
 # Configurations outside the matrix, other widths, depths, learning rates, batch sizes, world sizes and step

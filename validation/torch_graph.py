@@ -4,7 +4,9 @@ type it is.
 
 Each layer style maps to the torch module or function its documentation names (docs/models.md); layers
 with parameters or buffers sit in the module tree under their divsim names, so the torch state_dict keys
-are the /init/<layer>/<param> paths with dots. The graph runs in divsim's order: activation 0 is the
+are the /init/<layer>/<param> paths with dots. A layer's "tied" parameters are an earlier layer's tensor
+(GPT-2's output head is its token embedding): the module's parameter is set to that tensor, as nanoGPT
+ties them, so named_parameters() lists it once. The graph runs in divsim's order: activation 0 is the
 input batch, each layer writes one new activation, the last is the logits.
 
 Built from the documented semantics only (no divsim source is read).
@@ -48,6 +50,19 @@ class PatchTokens(nn.Module):
         return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
 
 
+class Embedding(nn.Module):
+    """(B, T) token ids -> (B, T, C): wte(ids) + wpe(positions), nanoGPT's embedding."""
+
+    def __init__(self, vocab, positions, dim):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(positions, dim)
+
+    def forward(self, ids):
+        ids = ids.long()
+        return self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+
+
 class Lambda(nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -86,6 +101,8 @@ def _module(layer, input_shapes):
         return PatchTokens(shape[0], 1 + shape[1] * shape[2])
     if style == "class_token":
         return Lambda(lambda x: x[:, 0])
+    if style == "embedding":
+        return Embedding(int(o["vocab"]), shape[0], int(o["dim"]))
     raise ValueError(f"layer {layer['name']}: style {style} has no torch counterpart here")
 
 
@@ -103,7 +120,10 @@ class GraphModel(nn.Module):
             m = _module(layer, [shapes[i] for i in layer["inputs"]])
             shapes[layer["output"]] = tuple(layer["output_shape"])
             self._order.append(m)
-            if layer["params"] or layer["buffers"]:
+            tied = layer.get("tied", {})
+            for param, key in tied.items():
+                setattr(m, param, self.get_parameter(key))
+            if layer["params"] or layer["buffers"] or tied:
                 self._place(layer["name"], m)
             else:
                 self.stateless[str(n)] = m

@@ -264,13 +264,16 @@ def resnet(channels="8,16"):
 
 VIT = ["--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2", "--model.dropout=0.1",
        "--data.train_size=4096", "--data.test_size=500"]
+# A character GPT on Debian's fortunes (causal attention, tied head, padded sequences).
+GPT = ["--model.type=gpt", "--data.source=fortunes", "--model.block_size=32", "--model.dim=32", "--model.depth=2",
+       "--model.heads=2", "--model.dropout=0.1", "--data.train_size=4096", "--data.test_size=256"]
 
 
-def unsynced_dropout_vit(args):
-    """Dropout masks drawn from another seed on rank 3 of a ViT (dropout after attention and MLP): rank
-    3's loss leaves the baseline at step 0 while ranks 0-2 keep the baseline's bits; the gradient is
+def unsynced_dropout(args, model):
+    """Dropout masks drawn from another seed on rank 3 of a transformer (dropout after attention and MLP):
+    rank 3's loss leaves the baseline at step 0 while ranks 0-2 keep the baseline's bits; the gradient is
     still averaged, so the replicas stay in sync, on other values than the baseline's from step 1."""
-    common = [*VIT, "--batch.global=64", "--train.steps=10", "--train.eval_every=5", "--record.samples=true"]
+    common = [*model, "--batch.global=64", "--train.steps=10", "--train.eval_every=5", "--record.samples=true"]
     run(args, [*common, "--run.out=base.h5"])
     run(args, [*common, "--run.out=fault.h5", "--fault=unsynced_seed:stream=dropout,ranks=3"])
     f, b = (Run(os.path.join(args.workdir, n)) for n in ("fault.h5", "base.h5"))
@@ -388,7 +391,10 @@ if __name__ == "__main__":
     commands = {"all_at_once_resnet": lambda a: all_at_once(a, resnet()),
                 "bn_drift_resnet": lambda a: bn_drift(a, [*resnet("4,8"), "--batch.global=64",
                                                                 "--train.steps=30", "--train.eval_every=15"]),
-                "all_at_once_vit": lambda a: all_at_once(a, VIT, without=("bn_drift",)), "unsynced_dropout_vit": unsynced_dropout_vit}
+                "all_at_once_vit": lambda a: all_at_once(a, VIT, without=("bn_drift",)),
+                "unsynced_dropout_vit": lambda a: unsynced_dropout(a, VIT),
+                "all_at_once_gpt": lambda a: all_at_once(a, GPT, without=("bn_drift",)),
+                "unsynced_dropout_gpt": lambda a: unsynced_dropout(a, GPT)}
     commands |= {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",

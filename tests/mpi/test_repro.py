@@ -26,19 +26,22 @@ def invariance(args, variant):
     in 24 chunks of 10: the fixed-point sum). The tree variant: 256 samples in 8 chunks of 32, summed by
     the fixed pairwise tree, W = 1, 2, 4, 8 (3 and 6 cannot split the batch), with SyncBN and 2 micro-steps.
     The resnet variant: convolutions, BatchNorm2d with SyncBN and residual adds; the vit variant: attention,
-    LayerNorm and dropout masks; both W = 1, 2, 3, 4 at 96 samples."""
-    steps = 6 if variant in ("resnet", "vit") else 25
+    LayerNorm and dropout masks; the gpt variant: causal attention, the tied head and a loss normalised by
+    the global count of unpadded targets; all three W = 1, 2, 3, 4 at 96 samples."""
+    steps = 6 if variant in ("resnet", "vit", "gpt") else 25
     extra = SMALL + ["--dist.reduce=deterministic", "--model.dropout=0.2", f"--train.steps={steps}",
                      f"--train.eval_every={steps}"]
     extra += {"tree": ["--batch.global=256", "--batch.accum_steps=2"],
               "resnet": ["--batch.global=96", "--model.type=resnet", "--model.channels=8,16", "--dist.sync_bn=true"],
-              "vit": ["--batch.global=96", "--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2"]}.get(variant, ["--batch.global=240"])
+              "vit": ["--batch.global=96", "--model.type=vit", "--model.dim=32", "--model.depth=2", "--model.heads=2"],
+              "gpt": ["--batch.global=96", "--model.type=gpt", "--data.source=fortunes",
+                      "--model.block_size=32", "--model.dim=32", "--model.depth=2", "--model.heads=2"]}.get(variant, ["--batch.global=240"])
     if variant in ("sync_bn", "tree"):
         extra += ["--model.batchnorm=true", "--dist.sync_bn=true"]
     if variant == "global_batch":
         extra += ["--sampler.mode=global_batch", "--data.augment=true"]
     runs = {}
-    sizes = {"tree": [1, 2, 4, 8], "resnet": [1, 2, 3, 4], "vit": [1, 2, 3, 4]}.get(variant, [1, 2, 3, 4, 6, 8])
+    sizes = {"tree": [1, 2, 4, 8], "resnet": [1, 2, 3, 4], "vit": [1, 2, 3, 4], "gpt": [1, 2, 3, 4]}.get(variant, [1, 2, 3, 4, 6, 8])
     for w in sizes:
         procs = w if variant == "plain" else MIXED_LAYOUT[w]
         run(args, extra + [f"--dist.world_size={w}", f"--run.out=w{w}.h5"], ranks=procs)
@@ -124,6 +127,7 @@ if __name__ == "__main__":
                 "invariance_global_batch": lambda a: invariance(a, "global_batch"),
                 "invariance_tree": lambda a: invariance(a, "tree"), "ring_buckets": ring_buckets,
                 "invariance_resnet": lambda a: invariance(a, "resnet"), "invariance_vit": lambda a: invariance(a, "vit"),
+                "invariance_gpt": lambda a: invariance(a, "gpt"),
                 "derived_accumulation": derived_accumulation,
                 "world_size_noise": world_size_noise, "virtual_ranks": virtual_ranks}
     a = parse_args(list(commands))

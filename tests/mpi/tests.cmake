@@ -57,6 +57,10 @@ divsim_mpi_test(NAME fault.bn_drift.resnet LABELS "mpi;faults" SCRIPT test_fault
 divsim_mpi_test(NAME fault.all_at_once.vit LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once_vit --ranks 4)
 divsim_mpi_test(NAME fault.unsynced_dropout.vit LABELS "mpi;faults" SCRIPT test_faults.py ARGS unsynced_dropout_vit
                 --ranks 4 --procs 2)
+# And on a character GPT (causal attention, a tied head, a loss over padded sequences).
+divsim_mpi_test(NAME fault.all_at_once.gpt LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once_gpt --ranks 4)
+divsim_mpi_test(NAME fault.unsynced_dropout.gpt LABELS "mpi;faults" SCRIPT test_faults.py ARGS unsynced_dropout_gpt
+                --ranks 4 --procs 2)
 divsim_mpi_test(NAME fault.baseline_comments LABELS "mpi;faults" SCRIPT test_faults.py ARGS baseline_comments)
 # Every fault alone at W=8 for 6 steps: on 8 processes, one rank each (every fault, ~7 s a run: each
 # parallel HDF5 write is a collective of 8 busy-polling processes on 2 cores), and on virtual ranks, 4
@@ -67,6 +71,7 @@ divsim_mpi_test(NAME fault.every_mode_w8.virtual LABELS "mpi;faults" SCRIPT test
 
 # Reproducibility across world sizes, bucket sizes and process layouts.
 foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree invariance_resnet invariance_vit
+             invariance_gpt
              derived_accumulation
              ring_buckets world_size_noise virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)

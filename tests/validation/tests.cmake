@@ -25,7 +25,7 @@ endfunction()
 
 foreach(case sgd_constant sgd_cosine_warmup sgd_accum4_label_smoothing sgd_bn_accum4_w2 sgd_syncbn_w2 sgd_max_micro_w2
              sgd_nesterov_wd_clip_w4 adamw_cosine_warmup_label_smoothing adamw_wd_narrow resnet_sgd_w2
-             resnet_syncbn_accum2_w2 vit_adamw_w2)
+             resnet_syncbn_accum2_w2 vit_adamw_w2 gpt_adamw_w2)
   divsim_validation_test(NAME validation.replay.${case} LABELS validation SCRIPT replay_cases.py ARGS --case ${case})
 endforeach()
 divsim_validation_test(NAME validation.replay.controls LABELS "validation;slow" SCRIPT replay_cases.py ARGS --controls
