@@ -92,13 +92,12 @@ def check_supported(cfg):
     """Raises ValueError naming the first setting this peer does not reproduce."""
     refusals = [
         (cfg.faults, "fault: the peer runs fault-free jobs only"),
-        (cfg.text("data.source") != "fashion-mnist", "data.source must be fashion-mnist"),
+        (cfg.text("data.source") not in ("fashion-mnist", "fortunes", "text"), "data.source must be fashion-mnist, fortunes or text"),
         (cfg.int("batch.accum_steps") != 1, "batch.accum_steps must be 1"),
         (cfg.int("batch.per_rank") != 0, "batch.per_rank must be 0 (the peer splits batch.global)"),
         (cfg.text("batch.lr_scaling") != "none", "batch.lr_scaling must be none"),
         (cfg.text("loss.type") != "cross_entropy", "loss.type must be cross_entropy"),
         (cfg.text("optim.type") not in ("sgd", "adamw"), "optim.type must be sgd or adamw"),
-        (cfg.float("optim.clip_norm") > 0, "optim.clip_norm must be 0"),
         (cfg.text("precision.matmul") != "fp32", "precision.matmul must be fp32"),
         (cfg.text("precision.amp") != "none", "precision.amp must be none"),
         (cfg.bool("data.augment"), "data.augment must be false"),
@@ -145,8 +144,23 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
                                  seed=cfg.int("sampler.seed"), drop_last=cfg.bool("batch.drop_last"))
     batch = cfg.int("batch.global") // world
     per_epoch = len(sampler) // batch
-    base_lr, smoothing = cfg.float("optim.lr"), cfg.float("loss.label_smoothing")
+    base_lr, smoothing, clip = cfg.float("optim.lr"), cfg.float("loss.label_smoothing"), cfg.float("optim.clip_norm")
     losses, norms = [], []
+    # A sequence model's loss is the mean over the global batch's unpadded targets (docs/models.md): each
+    # rank sums its own, scaled by W / the count all-reduced over the ranks, and DDP averages.
+    sequences = y_train.dim() == 2
+
+    def step_loss(logits, y):
+        if not sequences:
+            loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
+            return loss, loss.item()
+        y = y.reshape(-1)
+        total = F.cross_entropy(logits.reshape(len(y), -1), y, ignore_index=-1, reduction="sum",
+                                label_smoothing=smoothing)
+        count = (y != -1).sum()
+        global_count = count.clone()
+        dist.all_reduce(global_count)
+        return total * (world / global_count), total.item() / count.item()
 
     dist.barrier()
     t0 = time.perf_counter()
@@ -161,24 +175,29 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
         for g in opt.param_groups:
             g["lr"] = scheduled_lr(cfg, step, steps, base_lr)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
+        loss, rank_loss = step_loss(model(x), y)
         loss.backward()
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
-        losses.append(loss.item())
+        losses.append(rank_loss)
         norms.append(norm.item())
     model.eval()
-    eval_loss, correct = 0.0, 0
+    eval_loss, correct, counted = 0.0, 0, 0
     with torch.no_grad():
         for first in range(0, len(x_test), EVAL_BATCH):
             logits = model.module(x_test[first:first + EVAL_BATCH])
-            target = y_test[first:first + EVAL_BATCH]
+            target = y_test[first:first + EVAL_BATCH].reshape(-1)
+            logits = logits.reshape(len(target), -1)[target != -1]
+            target = target[target != -1]
             eval_loss += F.cross_entropy(logits, target, reduction="sum").item()
             correct += int((logits.argmax(dim=1) == target).sum())
+            counted += len(target)
     seconds = time.perf_counter() - t0
 
     np.savez(os.path.join(outdir, f"rank{rank}.npz"), loss=np.array(losses), grad_norm=np.array(norms), seconds=seconds,
-             eval_loss=eval_loss / len(x_test), eval_accuracy=correct / len(x_test))
+             eval_loss=eval_loss / counted, eval_accuracy=correct / counted)
     dist.destroy_process_group()
 
 

@@ -3,7 +3,9 @@
 
 The job (--model mlp, the default): MLP 784-256-128-10 with BatchNorm and dropout 0.1, SGD (lr 0.05,
 momentum 0.9, cosine schedule); --model resnet: the default ResNet (16-32-64 channels, one basic block per
-stage), SGD lr 0.1; --model vit: the default ViT (patch 7, dim 64, 4 heads, 4 blocks), AdamW lr 0.002.
+stage), SGD lr 0.1; --model vit: the default ViT (patch 7, dim 64, 4 heads, 4 blocks), AdamW lr 0.002;
+--model gpt: the default character GPT (64 tokens, dim 64, 4 heads, 4 blocks) on the fortunes, AdamW lr
+0.003 with clipping, 64 sequences a step (inputs/gpt.ini).
 The peer runs divsim's own graph (the `model` attribute of divsim's run, validation/torch_graph.py).
 Global batch 256 split over W ranks, the full Fashion-MNIST training split in memory. divsim
 runs its W logical ranks on min(W, --procs) MPI processes (default: the machine's cores; the other ranks
@@ -24,7 +26,7 @@ a time no implementation on these kernels can beat; the peer's step time over it
 to the peer that W = 1 can reach on this machine. It is measured in every repeat, interleaved with the
 runs, and the fastest counts, as for the runs.
 
-usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--model mlp|resnet|vit] [--worlds 1,2,4] [--procs CORES] [--steps 500]
+usage: bench/vs_ddp.py [--quick] [--write docs/performance.md] [--model mlp|resnet|vit|gpt] [--worlds 1,2,4] [--procs CORES] [--steps 500]
        [--repeats 3] [--divsim build/divsim] [-- extra divsim options for both sides]
 """
 import argparse
@@ -47,6 +49,8 @@ JOBS = {
                "--schedule.type=cosine"],
     "vit": ["--model.type=vit", "--batch.global=256", "--optim.type=adamw", "--optim.lr=0.002",
             "--optim.weight_decay=0.05", "--schedule.type=cosine"],
+    "gpt": ["--model.type=gpt", "--data.source=fortunes", "--batch.global=64", "--optim.type=adamw", "--optim.lr=0.003",
+            "--optim.weight_decay=0.1", "--optim.beta2=0.99", "--optim.clip_norm=1.0", "--schedule.type=cosine"],
 }
 
 

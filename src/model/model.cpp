@@ -6,6 +6,7 @@
 
 #include "config/config_error.hpp"
 #include "numerics/philox.hpp"
+#include "record/json.hpp"
 
 namespace divsim {
 
@@ -115,15 +116,6 @@ bool Model::has_style(const std::string& style) const {
 }
 
 namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string json_shape(const Shape& s) {
   std::string out = "[";

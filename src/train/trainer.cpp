@@ -29,6 +29,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "record/environment.hpp"
+#include "record/json.hpp"
 #include "record/output_path.hpp"
 #include "record/trajectory_writer.hpp"
 #include "train/batch_plan.hpp"
@@ -529,6 +530,11 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   MPI_Bcast(created.data(), 32, MPI_CHAR, 0, comm_);
   attrs.created = created.c_str();
   attrs.extra["data"] = data_.description;
+  if (!data_.train.vocabulary.empty()) {
+    std::string v = "[";
+    for (std::size_t i = 0; i < data_.train.vocabulary.size(); ++i) v += (i ? ", " : "") + json_string(data_.train.vocabulary[i]);
+    attrs.extra["vocabulary"] = v + "]";
+  }
   std::vector<FaultRow> rows;
   for (const auto& f : faults_->rows()) rows.push_back({f.name, f.ranks, f.spec, f.start, f.stop, f.every, f.prob});
   if (!resume_) return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);

@@ -9,6 +9,7 @@
 #include "config/config_error.hpp"
 #include "engine_rig.hpp"
 #include "model/model.hpp"
+#include "record/json.hpp"
 #include "torch_peer.hpp"
 
 using namespace divsim;
@@ -164,4 +165,9 @@ TEST(ModelGpt, OneStepMatchesPyTorch) {
     ASSERT_TRUE(torch.contains(t.key())) << t.key() << " missing:\n" << raw;
     expect_close("torch " + t.key(), grad.subspan(t.offset, t.size), torch.at(t.key()), 1e-5);
   }
+}
+
+TEST(ModelGpt, VocabularyJsonEscapesControlCharacters) {
+  // The root attribute `vocabulary` holds the fortunes' \n, \t, BEL and backspace; JSON needs them escaped.
+  EXPECT_EQ(json_string("a\n\t\x07\b\"\\é"), "\"a\\u000a\\u0009\\u0007\\u0008\\\"\\\\é\"");
 }
