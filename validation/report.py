@@ -50,7 +50,7 @@ def e(v):
 def replay_section(cases, controls, long):
     out = ["## 1. Replay against PyTorch", "",
            "`validation/replay.py` rebuilds the run's network in `torch.nn` from the graph the run recorded (its "
-           "`model` attribute: the MLP, the ResNet or the ViT), loads `/init`, feeds `/train/samples` in "
+           "`model` attribute: the MLP, the ResNet, the ViT or the GPT), loads `/init`, feeds `/train/samples` in "
            "order (every logical rank's micro-batches, gradients averaged over the ranks) and trains with "
            "`torch.optim`. Columns: maximum relative difference divsim vs torch float32 over the first 100 steps "
            "(loss: each rank's; gradient norms: the rank's own and the applied one; parameter norm; learning rate; "
