@@ -94,6 +94,7 @@ class BytePacker {
     append(v.data(), v.size_bytes());
   }
   void put_string(std::string_view s) { put_span(std::span<const char>(s.data(), s.size())); }
+  void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
   const std::vector<std::byte>& bytes() const { return bytes_; }
 
  private:

@@ -585,7 +585,14 @@ std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& at
 }
 
 std::vector<std::byte> TrajectoryWriter::rows_payload() {
+  // Sized first: one allocation per flush however many rows it holds (growing by doubling would make the
+  // count depend on the rows, which mpi.step_allocations reads as allocations in the step loop).
+  std::size_t size = 5 * sizeof(std::uint64_t) + pending_events_.size() * sizeof(EventRecord);
+  for_each_series([&size](const Block& b, auto& s) {
+    size += sizeof(std::uint64_t) + static_cast<std::size_t>(b.pending) * s.local_row * sizeof(s.buffer[0]);
+  });
   BytePacker r;
+  r.reserve(size);
   for (const Block* b : {&train_, &layers_, &eval_}) r.put<std::uint64_t>(b->pending);
   for_each_series([&r](const Block& b, auto& s) {
     r.put_span(std::span(s.buffer.data(), static_cast<std::size_t>(b.pending) * s.local_row));

@@ -158,7 +158,17 @@ def step_allocations(args):
                     "--batch.global=256"]),
             "deterministic (fixed point: 24 chunks) W=4 on 2 processes, SyncBN, 2 micro-steps": (
                 2, ["--dist.world_size=4", "--dist.reduce=deterministic", "--dist.sync_bn=true", "--batch.max_micro=30",
-                    "--batch.global=240"])}
+                    "--batch.global=240"]),
+            # The other models' layers (the mlp's settings in `common` are ignored by them); each crosses
+            # an epoch within 30 steps, as the jobs above do, so a first epoch change is in both counts.
+            "resnet W=2, BatchNorm2d, convolutions": (2, ["--model.type=resnet", "--model.channels=4,8",
+                                                         "--dist.world_size=2", "--batch.global=32"]),
+            "vit W=1, attention, dropout": (1, ["--model.type=vit", "--model.dim=32", "--model.depth=2",
+                                                "--model.heads=2", "--batch.global=64"]),
+            "gpt deterministic W=4 on 2 processes, tied head, token count": (
+                2, ["--model.type=gpt", "--data.source=fortunes", "--model.block_size=32", "--model.dim=32",
+                    "--model.depth=2", "--model.heads=2", "--dist.world_size=4", "--dist.reduce=deterministic",
+                    "--batch.global=128"])}
     common = ["--data.train_size=2048", "--data.test_size=1000", "--model.batchnorm=true",
               "--model.dropout=0.1", "--record.layers_every=10", "--record.flush_every=1000", "--train.eval_every=0"]
 
@@ -261,13 +271,14 @@ def resume_summary(args):
            f"the summary counts the whole run and this start: {line!r}")
 
 
-def resume_bitwise_resnet(args):
-    """A ResNet (BatchNorm2d running statistics, momentum, residual adds) stopped by SIGTERM after a
-    checkpoint and resumed writes the file an uninterrupted run writes: every dataset bit for bit."""
+def resume_bitwise(args, model):
+    """A model stopped by SIGTERM after a checkpoint and resumed writes the file an uninterrupted run
+    writes: every dataset bit for bit. The ResNet keeps BatchNorm2d running statistics and momentum; the
+    GPT (AdamW) draws dropout masks and normalises its loss by a count summed over the ranks."""
     import subprocess
-    base = [args.divsim, "--model.type=resnet", "--model.channels=4,8", "--data.train_size=1024",
-            "--data.test_size=200", "--batch.global=32", "--dist.world_size=4", "--train.steps=30",
-            "--train.eval_every=10", "--record.layers_every=5", "--run.checkpoint_every=5"]
+    base = [args.divsim, *model, "--data.train_size=1024", "--data.test_size=200", "--batch.global=32",
+            "--dist.world_size=4", "--train.steps=30", "--train.eval_every=10", "--record.layers_every=5",
+            "--run.checkpoint_every=5"]
     run(args, [*base[1:], "--run.out=whole.h5"])
     cmd = [args.mpiexec, "-n", "2", *base, "--run.out=cut.h5"]
     code, err = terminate_after_checkpoint(args, cmd, os.path.join(args.workdir, "cut.h5.ckpt"))
@@ -286,6 +297,12 @@ if __name__ == "__main__":
     commands = {"schema": schema, "reproducible": reproducible, "bad-input": bad_input,
                 "print-config": print_config, "default-accuracy": default_accuracy, "hdf5-source": hdf5_source,
                 "step-allocations": step_allocations, "oversubscription": oversubscription,
-                "resume-summary": resume_summary, "resume-bitwise-resnet": resume_bitwise_resnet}
+                "resume-summary": resume_summary,
+                "resume-bitwise-resnet": lambda a: resume_bitwise(a, ["--model.type=resnet", "--model.channels=4,8"]),
+                "resume-bitwise-gpt": lambda a: resume_bitwise(a, ["--model.type=gpt", "--data.source=fortunes",
+                                                                   "--model.block_size=32", "--model.dim=32",
+                                                                   "--model.depth=2", "--model.heads=2",
+                                                                   "--model.dropout=0.1", "--optim.type=adamw",
+                                                                   "--optim.lr=0.003"])}
     a = parse_args(list(commands))
     commands[a.command](a)

@@ -29,6 +29,7 @@ divsim_mpi_test(NAME mpi.oversubscription_note LABELS mpi SCRIPT test_engine.py 
 set_tests_properties(mpi.oversubscription_note PROPERTIES SKIP_RETURN_CODE 77)
 divsim_mpi_test(NAME mpi.resume_summary LABELS mpi SCRIPT test_engine.py ARGS resume-summary)
 divsim_mpi_test(NAME mpi.resume_bitwise.resnet LABELS mpi SCRIPT test_engine.py ARGS resume-bitwise-resnet --ranks 2)
+divsim_mpi_test(NAME mpi.resume_bitwise.gpt LABELS mpi SCRIPT test_engine.py ARGS resume-bitwise-gpt --ranks 2)
 divsim_mpi_test(NAME mpi.hdf5_source.n2 LABELS mpi SCRIPT test_engine.py ARGS hdf5-source --ranks 2)
 # No heap allocation in the step loop, counted by an LD_PRELOAD library around the real allocator. Not
 # under the sanitizers: ASan must be the first library loaded and replaces malloc itself.
