@@ -3,11 +3,13 @@
 torch.distributed DDP (gloo backend, torch.multiprocessing.spawn, one CPU thread per process), next to
 divsim with the matching fault, on the same scenario, and their signatures side by side.
 
-The scenario is one set of divsim configuration keys; divsim gets them as options, the torch workers
-read the same values. The torch side is built from torch's own parts only: nn.Linear's default init
-under torch.manual_seed, DistributedSampler with set_epoch, DDP's gradient allreduce and buffer
-broadcast, torch.optim.SGD. So the two sides never agree number for number; what must agree is each
-fault's signature:
+Each run is one set of divsim configuration keys (the shared scenario with the run's own changes: its
+model, size and data); divsim gets them as options, the torch workers read the same values. divsim runs
+first; the torch network is the graph its run recorded (its `model` attribute, validation/torch_graph.py),
+built with torch's own default init under torch.manual_seed. The rest of the torch side is torch's own
+parts too: DistributedSampler with set_epoch, DDP's gradient allreduce and buffer broadcast,
+torch.optim.SGD, nn.Dropout drawing from torch's global generator. So the two sides never agree number
+for number; what must agree is each fault's signature:
   split        first step after whose update the ranks' parameters differ (param hashes);
   departs      first step at which any rank's loss differs from the same side's fault-free run
                (both sides are bitwise reproducible, so any difference is the fault's);
@@ -39,17 +41,19 @@ import os
 import sys
 import tempfile
 
+import h5py
 import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from validation.common import Config, Divsim, ValidationError, build_mlp, fashion_mnist, read_run, scheduled_lr
+from validation.common import Config, Divsim, ValidationError, load_data, read_run, scheduled_lr
 
 FAULT_STEP = 60  # T, the step one-off faults act at
 
 # The shared scenario, as divsim configuration keys (strings, as in an INI file).
 SCENARIO = {
-    "run.seed": "1", "sampler.seed": "0", "data.root": "/usr/share/datasets/fashion-mnist",
+    "run.seed": "1", "sampler.seed": "0", "data.source": "fashion-mnist", "data.root": "/usr/share/datasets/fashion-mnist",
+    "data.train_size": "0", "data.test_size": "0",
     "model.hidden": "128,64", "model.batchnorm": "false", "model.dropout": "0", "model.bn_eps": "1e-05",
     "model.bn_momentum": "0.1", "optim.type": "sgd", "optim.lr": "0.05", "optim.momentum": "0.9",
     "schedule.type": "cosine", "schedule.warmup_steps": "20", "schedule.min_lr": "0",
@@ -77,38 +81,47 @@ def scenario(name):
     return cfg
 
 
+DATA_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
 def _worker(rank, world, jobs, out_dir, init_file):
-    """One DDP rank: trains each (name, scenario, fault) of `jobs` in turn in one process group (torch
-    imported and the data mapped once) and saves each run's per-step record to out_dir/<name>-rank<r>.npz.
-    Every run starts from torch.manual_seed and a fresh model, optimizer and sampler, so it does not
-    depend on the runs before it. The data comes standardised from out_dir/<array>.npy, mapped
-    copy-on-write: standardised once for all ranks."""
+    """One DDP rank: trains each (name, scenario, graph, fault, data folder) of `jobs` in turn in one
+    process group (torch imported and each data set mapped once) and saves each run's per-step record to
+    out_dir/<name>-rank<r>.npz. Every run starts from torch.manual_seed and a fresh model, optimizer and
+    sampler, so it does not depend on the runs before it. The data comes prepared (standardised, or
+    tokenised) from out_dir/<data folder>/<array>.npy, mapped copy-on-write: prepared once for all ranks."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    data = tuple(torch.from_numpy(np.load(os.path.join(out_dir, f"{k}.npy"), mmap_mode="c"))
-                 for k in ("x_train", "y_train", "x_test", "y_test"))
-    for name, cfg_flat, fault in jobs:
-        rec = _train(rank, world, Config(cfg_flat), fault, data)
+    mapped = {}
+    for name, cfg_flat, graph, fault, folder in jobs:
+        if folder not in mapped:
+            mapped[folder] = tuple(torch.from_numpy(np.load(os.path.join(out_dir, folder, f"{k}.npy"), mmap_mode="c"))
+                                   for k in DATA_ARRAYS)
+        rec = _train(rank, world, Config(cfg_flat), graph, fault, mapped[folder])
         np.savez(os.path.join(out_dir, f"{name}-rank{rank}.npz"), **{k: np.asarray(v) for k, v in rec.items()})
     dist.destroy_process_group()
 
 
-def _train(rank, world, cfg, fault, data):
-    """One rank's DDP run of one scenario -> its per-step record."""
+def _train(rank, world, cfg, graph, fault, data):
+    """One rank's DDP run of one scenario (the network: divsim's recorded `graph`) -> its per-step record."""
     import torch
+    import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data.distributed import DistributedSampler
 
+    from validation.torch_graph import GraphModel
+
     x_train, y_train, x_test, y_test = data
     seed, steps, accum = cfg.int("run.seed"), cfg.int("train.steps"), cfg.int("batch.accum_steps")
     faulty = rank == FAULTY_RANK
+    sequences = y_train.dim() == 2  # per-position targets, -1 where padded
 
     torch.manual_seed(seed)
-    model = build_mlp(cfg)
+    model = GraphModel(graph)
     ddp = DDP(model, broadcast_buffers=fault != "bn_no_buffer_sync")
     if fault == "init_reseeded" and faulty:
         torch.manual_seed(seed + rank)
@@ -136,17 +149,26 @@ def _train(rank, world, cfg, fault, data):
         # DDP allreduces in the backward of the micro-step outside no_sync(): normally the last one.
         sync_at = accum - 2 if fault == "no_sync_off_by_one" and faulty and step == FAULT_STEP else accum - 1
         idx_step = order[in_epoch * per_rank:(in_epoch + 1) * per_rank]
+        targets = int((y_train[idx_step] != -1).sum())
+        if sequences:
+            # A sequence model's loss is the mean over the step's unpadded targets of all ranks: each rank
+            # scales its sum by W / their count so that DDP's average gives it (docs/models.md).
+            step_targets = torch.tensor(targets)
+            dist.all_reduce(step_targets)
+            scale = world / int(step_targets)
         loss_sum = 0.0
         for m in range(accum):
             idx = idx_step[m * micro:(m + 1) * micro]
             with contextlib.nullcontext() if m == sync_at else ddp.no_sync():
-                losses = F.cross_entropy(ddp(x_train[idx]), y_train[idx], reduction="none")
-                (losses.mean() / accum).backward()
+                logits = ddp(x_train[idx])
+                losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y_train[idx].reshape(-1),
+                                         reduction="none", ignore_index=-1)
+                (losses.sum() * scale if sequences else losses.mean() / accum).backward()
             loss_sum += float(losses.detach().double().sum())
         opt.step()
         opt.zero_grad(set_to_none=False)
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        rec["loss"].append(loss_sum / per_rank)
+        rec["loss"].append(loss_sum / targets)
         rec["param_hash"].append(int.from_bytes(hashlib.blake2b(flat.numpy().tobytes(), digest_size=8).digest(), "little"))
         rec["param_norm"].append(float(flat.double().norm()))
         rec["samples"].append(idx_step.numpy())
@@ -155,23 +177,35 @@ def _train(rank, world, cfg, fault, data):
             with torch.no_grad():
                 logits = ddp(x_test)
             ddp.train()
+            logits, y = logits.reshape(-1, logits.shape[-1]), y_test.reshape(-1)
+            logits, y = logits[y != -1], y[y != -1]
             rec["eval_step"].append(step)
-            rec["eval_loss"].append(float(F.cross_entropy(logits, y_test, reduction="none").double().mean()))
-            rec["eval_accuracy"].append(float((logits.argmax(dim=1) == y_test).double().mean()))
+            rec["eval_loss"].append(float(F.cross_entropy(logits, y, reduction="none").double().mean()))
+            rec["eval_accuracy"].append(float((logits.argmax(dim=1) == y).double().mean()))
     return rec
 
 
-def run_torch(names, world):
-    """The torch DDP runs of `names` at `world` ranks, one spawn for all -> {name: {loss [S,W],
-    param_hash, param_norm, samples [S,W,B], eval_step [E], eval_loss [E,W], eval_accuracy [E,W]}}."""
+def data_settings(cfg):
+    """The settings that pick a scenario's data: those load_data reads."""
+    return tuple(sorted((k, v) for k, v in cfg.items() if k.startswith("data.") or k == "model.block_size"))
+
+
+def run_torch(names, world, graphs):
+    """The torch DDP runs of `names` at `world` ranks, one spawn for all, each the network of
+    graphs[name] -> {name: {loss [S,W], param_hash, param_norm, samples [S,W,B], eval_step [E],
+    eval_loss [E,W], eval_accuracy [E,W]}}."""
     import torch.multiprocessing as mp
 
-    roots = {scenario(n)["data.root"] for n in names}
-    assert len(roots) == 1, "one data set for all scenarios"
     with tempfile.TemporaryDirectory(prefix="ddp-peer-") as tmp:
-        for k, a in zip(("x_train", "y_train", "x_test", "y_test"), fashion_mnist(roots.pop())):
-            np.save(os.path.join(tmp, f"{k}.npy"), a)
-        jobs = [(n, scenario(n), RUNS[n][3]) for n in names]
+        folders = {}
+        for n in names:
+            key = data_settings(scenario(n))
+            if key not in folders:
+                folders[key] = f"data{len(folders)}"
+                os.mkdir(os.path.join(tmp, folders[key]))
+                for k, a in zip(DATA_ARRAYS, load_data(Config(scenario(n)))):
+                    np.save(os.path.join(tmp, folders[key], f"{k}.npy"), a)
+        jobs = [(n, scenario(n), graphs[n], RUNS[n][3], folders[data_settings(scenario(n))]) for n in names]
         mp.spawn(_worker, args=(world, jobs, tmp, os.path.join(tmp, "init")), nprocs=world, join=True)
         out = {}
         for n in names:
@@ -183,16 +217,20 @@ def run_torch(names, world):
 
 
 def run_divsim(divsim, name, world):
-    """The divsim run of `name` at `world` logical ranks (on up to 2 MPI processes), same layout."""
+    """The divsim run of `name` at `world` logical ranks (on up to 2 MPI processes), same layout, and
+    the layer graph it recorded."""
     args = [f"--{k}={v}" for k, v in scenario(name).items()]
     args += [f"--dist.world_size={world}", "--record.samples=true", "--record.layers_every=0"]
     if RUNS[name][2]:
         args += ["--fault", RUNS[name][2]]
     path = divsim.run(f"ddp-{name}-w{world}", args, ranks=min(world, 2))
     data, _, _ = read_run(path)
+    with h5py.File(path, "r") as f:
+        graph = f.attrs["model"]
     return {"loss": data["train/loss"], "param_hash": data["train/param_hash"], "param_norm": data["train/param_norm"],
             "samples": data["train/samples"], "eval_step": data["eval/step"], "eval_loss": data["eval/loss"],
-            "eval_accuracy": data["eval/accuracy"]}
+            "eval_accuracy": data["eval/accuracy"],
+            "graph": json.loads(graph.decode() if isinstance(graph, bytes) else str(graph))}
 
 
 def first_step(mask):
@@ -239,9 +277,10 @@ def compare_world(divsim, world, names):
         for n in (RUNS[name][0], name):
             if n and n not in needed:
                 needed.append(n)
-    torch_runs = run_torch(needed, world)
+    divsim_runs = {n: run_divsim(divsim, n, world) for n in needed}
+    torch_runs = run_torch(needed, world, {n: r["graph"] for n, r in divsim_runs.items()})
     for n in needed:
-        runs[n] = {"divsim": run_divsim(divsim, n, world), "torch": torch_runs[n]}
+        runs[n] = {"divsim": divsim_runs[n], "torch": torch_runs[n]}
     out = {}
     for name in names:
         base = RUNS[name][0]
