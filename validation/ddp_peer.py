@@ -21,11 +21,19 @@ The faults, torch way -> divsim:
                         the bug survives DDP) -> unsynced_seed:stream=init,ranks=1
   sampler_seed_per_rank DistributedSampler(seed=seed+rank) -> unsynced_seed:stream=sampler,ranks=all
   bn_no_buffer_sync     BatchNorm1d, no SyncBN, DDP(broadcast_buffers=False) -> bn_drift:ranks=all
+  resnet_bn_no_buffer_sync
+                        the same on the ResNet (BatchNorm2d) -> bn_drift:ranks=all
   no_sync_off_by_one    accumulation 4; at step T rank 1's counter is one ahead: it leaves no_sync()
                         one micro-step early (its allreduce pairs with the others' last one) and adds
                         its last micro-batch locally -> accum_misalign:offset=+1,ranks=1 at step T
   optimizer_state_lost  at step T rank 1 drops optimizer.state (a resume without it)
                         -> optimizer_state_reset:ranks=1 at step T
+  vit_dropout_seed_per_rank, gpt_dropout_seed_per_rank
+                        dropout 0.1; the script seeds torch's generator (which nn.Dropout draws from)
+                        after the DDP wrap with seed + rank instead of seed
+                        -> unsynced_seed:stream=dropout,ranks=all; their baselines share the seed.
+                        Each side's baseline has its own masks (divsim keys them by step and sample,
+                        torch by call order), but departs compares each side with itself only.
 
     validation/ddp_peer.py --world 2 [--scenario NAME ...] [--json OUT]
 
@@ -60,6 +68,16 @@ SCENARIO = {
     "batch.global": "256", "batch.accum_steps": "1", "train.steps": "120", "train.eval_every": "20",
 }
 
+# The other models' changes to SCENARIO: small networks and short runs on part of the data (each epoch
+# still longer than the run, as in the MLP's), so that their set takes minutes on two cores.
+SHORT = {"batch.global": "64", "train.steps": "48", "train.eval_every": "16", "data.train_size": "4096",
+         "data.test_size": "500"}
+RESNET = {**SHORT, "model.type": "resnet", "model.channels": "8,16"}
+TRANSFORMER = {**SHORT, "model.dim": "32", "model.depth": "2", "model.heads": "2", "model.dropout": "0.1"}
+VIT = {**TRANSFORMER, "model.type": "vit"}
+GPT = {**TRANSFORMER, "model.type": "gpt", "model.block_size": "32", "data.source": "fortunes"}
+DROPOUT_SEED = "unsynced_seed:stream=dropout,ranks=all"
+
 # name: (baseline, scenario changes, divsim fault or None, torch fault or None)
 RUNS = {
     "baseline": (None, {}, None, None),
@@ -71,6 +89,12 @@ RUNS = {
     "no_sync_off_by_one": ("baseline_accum4", {"batch.accum_steps": "4"},
                            f"accum_misalign:offset=+1,ranks=1,start={FAULT_STEP},stop={FAULT_STEP + 1}", "no_sync_off_by_one"),
     "optimizer_state_lost": ("baseline", {}, f"optimizer_state_reset:ranks=1,start={FAULT_STEP}", "optimizer_state_lost"),
+    "baseline_resnet": (None, RESNET, None, None),
+    "baseline_vit": (None, VIT, None, None),
+    "baseline_gpt": (None, GPT, None, None),
+    "resnet_bn_no_buffer_sync": ("baseline_resnet", RESNET, "bn_drift:ranks=all", "bn_no_buffer_sync"),
+    "vit_dropout_seed_per_rank": ("baseline_vit", VIT, DROPOUT_SEED, "dropout_seed_per_rank"),
+    "gpt_dropout_seed_per_rank": ("baseline_gpt", GPT, DROPOUT_SEED, "dropout_seed_per_rank"),
 }
 FAULTY_RANK = 1
 
@@ -128,6 +152,8 @@ def _train(rank, world, cfg, graph, fault, data):
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
                 m.reset_parameters()
+    # The script seeds the generator its dropout draws from once the model is built; the bug adds the rank.
+    torch.manual_seed(seed + (rank if fault == "dropout_seed_per_rank" else 0))
     opt = torch.optim.SGD(ddp.parameters(), lr=cfg.float("optim.lr"), momentum=cfg.float("optim.momentum"), foreach=False)
     sampler = DistributedSampler(range(len(x_train)), num_replicas=world, rank=rank, shuffle=True, drop_last=True,
                                  seed=cfg.int("sampler.seed") + (rank if fault == "sampler_seed_per_rank" else 0))
@@ -291,11 +317,12 @@ def compare_world(divsim, world, names):
 
 
 def table_lines(world, results):
+    width = max(len(name) for name in ("fault", *results))
     lines = [f"W={world}: signatures, divsim | torch DDP",
-             f"  {'fault':22s} {'split':>11s} {'departs':>11s} {'eval spread':>21s} {'distinct':>13s}  end loss per rank"]
+             f"  {'fault':{width}s} {'split':>11s} {'departs':>11s} {'eval spread':>21s} {'distinct':>13s}  end loss per rank"]
     for name, r in results.items():
         d, t = r["divsim"], r["torch"]
-        lines.append(f"  {name:22s} {str(d['split']):>5s} | {str(t['split']):<4s}{str(d['departs']):>5s} | {str(t['departs']):<4s}"
+        lines.append(f"  {name:{width}s} {str(d['split']):>5s} | {str(t['split']):<4s}{str(d['departs']):>5s} | {str(t['departs']):<4s}"
                      f"{d['eval_spread']:9.2e} | {t['eval_spread']:<9.2e} {d['distinct']:5.3f} | {t['distinct']:<5.3f}  "
                      f"{' '.join(f'{v:.3f}' for v in d['end_loss'])} | {' '.join(f'{v:.3f}' for v in t['end_loss'])}")
         for p in r["problems"]:
