@@ -114,15 +114,19 @@ def unseen_section(unseen):
 
 
 def ddp_section(ddp):
+    changes = "; ".join(f"{name} `" + " ".join(f"{k}={v}" for k, v in change.items()) + "`"
+                        for name, (base, change, _, _) in ddp_peer.RUNS.items() if base is None and change)
     out = ["## 2. Real DDP peer", "",
            "`validation/ddp_peer.py`: the same scenario (`" + " ".join(f"{k}={v}" for k, v in ddp_peer.SCENARIO.items()
                                                               if not k.startswith("data")) + "`) under "
            "torch.distributed DDP (gloo, `torch.multiprocessing.spawn`, one thread per process) with the bug done "
            f"the PyTorch way (rank {ddp_peer.FAULTY_RANK}; one-off faults at step {ddp_peer.FAULT_STEP}), next to "
-           "divsim with the matching fault. *split*: first step after whose update the ranks' parameters differ; "
+           "divsim with the matching fault; the torch network is the graph divsim's run recorded, with torch's own "
+           "initial draw. Fault-free runs that change the scenario (the faults compared with them change it the "
+           f"same way): {changes}. *split*: first step after whose update the ranks' parameters differ; "
            "*departs*: first step a rank's loss differs from the same side's fault-free run; *eval spread*: max - min "
            "over ranks of the final eval loss (each rank's own replica); *distinct*: distinct / consumed samples; "
-           "*end loss*: each rank's mean loss over the last 20 steps. Cells are divsim | torch.", ""]
+           "*end loss*: each rank's mean loss over the last sixth of the steps. Cells are divsim | torch.", ""]
     for w, results in ddp.items():
         out += [f"### W = {w}", "",
                 "| fault | split | departs | eval spread | eval acc spread | distinct | end loss per rank | signatures |",
