@@ -164,7 +164,7 @@ def render(results, meta):
              f"{meta['divsim']}); every number below was measured by that run. Do not edit by hand: "
              "rerun `validation/report.py` (or `--render-only` after `--only PART`).", "",
              "The same checks run in the test suite: `ctest -L validation` (`-LE slow` leaves out the controls, the "
-             "1000-step replay, the DDP comparisons and the seed claims). Each script also runs on its own:", "",
+             "1000-step replay, the DDP comparison at W=4 and the seed claims). Each script also runs on its own:", "",
              "```",
              "validation/replay.py --ranks 2 -- --model.hidden=64,32 --optim.lr=0.01 --batch.global=64 --train.steps=100",
              "validation/replay.py --h5 RUN.h5        # a run recorded with record.init_params=true record.samples=true",

@@ -40,8 +40,12 @@ divsim_validation_test(NAME validation.replay.refuses_dropout LABELS validation 
                        PASS_REGEX "replay: cannot replay: dropout layers"
                        ARGS -- --model.dropout=0.1 --train.steps=2 --batch.global=64)
 
-# W=4 only: W=2 repeats the same five signatures with fewer ranks; validation/report.py runs both.
+# Every scenario at W=4. At W=2 only the other models' (BatchNorm2d drift, per-rank dropout seeds; under a
+# minute): the MLP's five repeat their W=4 signatures with fewer ranks. validation/report.py runs all at both.
 divsim_validation_test(NAME validation.ddp.w4 LABELS "validation;slow" SCRIPT ddp_peer.py ARGS --world 4 TIMEOUT 1800)
+divsim_validation_test(NAME validation.ddp.models_w2 LABELS validation SCRIPT ddp_peer.py
+                       ARGS --world 2 --scenario resnet_bn_no_buffer_sync --scenario vit_dropout_seed_per_rank
+                            --scenario gpt_dropout_seed_per_rank)
 divsim_validation_test(NAME validation.seed_claims LABELS "validation;slow" SCRIPT seed_claims.py TIMEOUT 1800)
 
 # The branch-flip rule of the replay's verdict, on per-step profiles (no binary needed).
