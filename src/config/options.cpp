@@ -137,7 +137,7 @@ struct Section {
 constexpr Section kSections[] = {
     {"run", "run identity and output"},
     {"data", "dataset"},
-    {"model", "model (mlp, resnet, vit)"},
+    {"model", "model (mlp, resnet, vit, gpt)"},
     {"loss", "loss function"},
     {"optim", "optimizer"},
     {"schedule", "learning-rate schedule"},
