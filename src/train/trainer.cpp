@@ -282,7 +282,8 @@ int exit_code_for(const std::exception_ptr& e) {
 }
 
 
-// The synthetic sets are sized by the configuration and an HDF5 file's by its shapes: refuse before
+// The synthetic sets are sized by the configuration, an HDF5 file's by its shapes and a text file's by
+// its bytes (each character becomes at least a float32 input and an int32 target): refuse before
 // allocating what cannot fit.
 DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
   if (cfg.data.source == "hdf5")
@@ -294,6 +295,13 @@ DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
     require_fits(samples * floats * sizeof(float), budget, "data.synthetic_train",
                  "the synthetic data set (data.synthetic_train + data.synthetic_test samples of "
                  "data.synthetic_features features)");
+  }
+  if (cfg.data.source == "text") {
+    std::error_code ec;
+    const std::uintmax_t bytes = std::filesystem::file_size(cfg.data.path, ec);
+    if (!ec)
+      require_fits(static_cast<std::uint64_t>(bytes) * (sizeof(float) + sizeof(std::int32_t)), budget, "data.path",
+                   "the sequences of " + cfg.data.path);
   }
   return load_data(cfg.data, cfg.run.seed, cfg.model.block_size);
 }

@@ -31,6 +31,8 @@ IDX = ["--data.source=fashion-mnist", "--data.root=data", "--model.hidden=8", "-
        "--batch.global=24", "--record.layers_every=0"]
 H5 = ["--data.source=hdf5", "--data.path=data.h5", "--model.hidden=8", "--train.steps=2", "--batch.global=24",
       "--record.layers_every=0"]
+TEXT = ["--data.source=text", "--data.path=t.txt", "--model.type=gpt", "--model.block_size=8", "--model.dim=8",
+        "--model.depth=1", "--model.heads=2", "--train.steps=2", "--batch.global=2", "--record.layers_every=0"]
 LONG = "a" * 5000
 
 
@@ -58,6 +60,21 @@ def ini(name, text):
 
 def data(changes=None, raw=None):
     return lambda d: idx.make_folder(os.path.join(d, "data"), changes, raw)
+
+
+def raw_file(name, data):
+    def setup(d):
+        with open(os.path.join(d, name), "wb") as fh:
+            fh.write(data)
+    return setup
+
+
+def sparse(name, size):
+    """A file of `size` bytes that takes no disk space (a hole): only its size matters to the check."""
+    def setup(d):
+        with open(os.path.join(d, name), "wb") as fh:
+            fh.truncate(size)
+    return setup
 
 
 def touch(name):
@@ -205,6 +222,14 @@ CASES = [
     Case("replicas larger than memory", ["--model.hidden=16384,16384", "--dist.world_size=256"], ["model.hidden", "GiB"]),
     Case("synthetic set larger than memory", ["--data.synthetic_train=4000000000"], ["data.synthetic_train", "GiB"]),
     Case("train size beyond the data", ["--data.train_size=1000"], ["data.train_size"], base=IDX, setup=data()),
+    Case("text file larger than memory", [], ["data.path", "t.txt", "GiB"], base=TEXT, setup=sparse("t.txt", 1 << 41)),
+    # --- text data a GPT cannot read
+    Case("text file that is not UTF-8", [], ["t.txt", "UTF-8", "byte 3"], base=TEXT,
+         setup=raw_file("t.txt", b"abc\xff and more text\n" * 20)),
+    Case("text model on images", ["--data.source=fashion-mnist", "--data.root=data"], ["model.type"], base=TEXT,
+         setup=data()),
+    Case("image model on text", ["--model.type=mlp"], ["model.type", "gpt"], base=TEXT,
+         setup=ini("t.txt", "%\n".join(f"document {i} with some text\n" for i in range(30)))),
     # --- duplicated keys
     Case("key given twice", ["--optim.lr=0.1", "--optim.lr=0.2"], ["optim.lr", "twice"]),
     Case("alias and key together", ["--out=a.h5", "--run.out=b.h5"], ["run.out", "twice"]),
