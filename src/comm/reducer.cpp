@@ -9,13 +9,6 @@ std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceL
 std::unique_ptr<Reducer> make_ring_reducer(MPI_Comm comm, const ReduceLayout& layout);
 std::unique_ptr<Reducer> make_tree_reducer(MPI_Comm comm, const ReduceLayout& layout);
 
-ReduceMode parse_reduce_mode(const std::string& name) {
-  if (name == "mpi") return ReduceMode::mpi;
-  if (name == "ring") return ReduceMode::ring;
-  if (name == "deterministic") return ReduceMode::deterministic;
-  throw std::invalid_argument("unknown reduction '" + name + "' (mpi | ring | deterministic)");
-}
-
 std::unique_ptr<Reducer> make_reducer(ReduceMode mode, MPI_Comm comm, const ReduceLayout& layout) {
   switch (mode) {
     case ReduceMode::mpi: return make_mpi_reducer(comm, layout);

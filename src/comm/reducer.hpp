@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "config/run_config.hpp"  // ReduceMode
+
 namespace divsim {
 
-enum class ReduceMode { mpi, ring, deterministic };
-ReduceMode parse_reduce_mode(const std::string& name);  // throws std::invalid_argument
 
 struct ReduceLayout {
   int world_size = 1;                 // logical ranks W

@@ -5,25 +5,88 @@
 // line (in that order, the command line wins), validated there, and then read-only: the step loop sees
 // plain, already-checked numbers. Every member maps 1:1 to an INI key `section.key`; docs/configuration.md
 // lists them. World-size dependent quantities (per-rank batch, accumulation) are derived in
-// train/batch_plan.hpp once the world size is known, not stored here.
+// train/batch_plan.hpp once the world size is known, not stored here. Keys with a fixed set of values
+// are enums (EnumNames gives each value its configuration text), so nothing past the parser compares
+// strings.
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "numerics/bits.hpp"
+
 namespace divsim {
+
+enum class Device { cpu, cuda };
+enum class ResumeMode { no, automatic };
+enum class DataSource { fashion_mnist, synthetic, hdf5, fortunes, text };
+enum class LossType { cross_entropy, asl };
+enum class OptimizerType { sgd, adamw };
+enum class ScheduleType { constant, step, cosine };
+enum class LrScaling { none, linear };
+enum class NonFinitePolicy { stop, skip, record };
+enum class SamplerMode { distributed, global_batch };
+enum class ReduceMode { mpi, ring, deterministic };
+enum class CommBackend { mpi, nccl };
+enum class AmpMode { none, fp16 };
+
+// The configuration text of each value of a configuration enum, in the order --help lists them.
+template <class E>
+struct EnumNames;
+#define DIVSIM_ENUM_NAMES(E, ...)                                                   \
+  template <>                                                                       \
+  struct EnumNames<E> {                                                             \
+    static constexpr std::pair<E, std::string_view> values[] = {__VA_ARGS__};       \
+  }
+DIVSIM_ENUM_NAMES(Device, {Device::cpu, "cpu"}, {Device::cuda, "cuda"});
+DIVSIM_ENUM_NAMES(ResumeMode, {ResumeMode::no, "no"}, {ResumeMode::automatic, "auto"});
+DIVSIM_ENUM_NAMES(DataSource, {DataSource::fashion_mnist, "fashion-mnist"}, {DataSource::synthetic, "synthetic"},
+                  {DataSource::hdf5, "hdf5"}, {DataSource::fortunes, "fortunes"}, {DataSource::text, "text"});
+DIVSIM_ENUM_NAMES(LossType, {LossType::cross_entropy, "cross_entropy"}, {LossType::asl, "asl"});
+DIVSIM_ENUM_NAMES(OptimizerType, {OptimizerType::sgd, "sgd"}, {OptimizerType::adamw, "adamw"});
+DIVSIM_ENUM_NAMES(ScheduleType, {ScheduleType::constant, "constant"}, {ScheduleType::step, "step"},
+                  {ScheduleType::cosine, "cosine"});
+DIVSIM_ENUM_NAMES(LrScaling, {LrScaling::none, "none"}, {LrScaling::linear, "linear"});
+DIVSIM_ENUM_NAMES(NonFinitePolicy, {NonFinitePolicy::stop, "stop"}, {NonFinitePolicy::skip, "skip"},
+                  {NonFinitePolicy::record, "record"});
+DIVSIM_ENUM_NAMES(SamplerMode, {SamplerMode::distributed, "distributed"}, {SamplerMode::global_batch, "global_batch"});
+DIVSIM_ENUM_NAMES(ReduceMode, {ReduceMode::mpi, "mpi"}, {ReduceMode::ring, "ring"},
+                  {ReduceMode::deterministic, "deterministic"});
+DIVSIM_ENUM_NAMES(CommBackend, {CommBackend::mpi, "mpi"}, {CommBackend::nccl, "nccl"});
+DIVSIM_ENUM_NAMES(AmpMode, {AmpMode::none, "none"}, {AmpMode::fp16, "fp16"});
+DIVSIM_ENUM_NAMES(MatmulFormat, {MatmulFormat::fp32, "fp32"}, {MatmulFormat::tf32, "tf32"},
+                  {MatmulFormat::bf16, "bf16"}, {MatmulFormat::fp16, "fp16"});
+#undef DIVSIM_ENUM_NAMES
+
+template <class E>
+constexpr std::string_view name_of(E e) {
+  for (const auto& [value, name] : EnumNames<E>::values)
+    if (value == e) return name;
+  return "?";
+}
+
+template <class E>
+constexpr std::optional<E> enum_from(std::string_view name) {
+  for (const auto& [value, text] : EnumNames<E>::values)
+    if (text == name) return value;
+  return std::nullopt;
+}
 
 struct RunSection {
   std::string name = "default";   // run name; default output is outputs/<name>.h5
   std::string out;                // output path; empty -> outputs/<name>.h5
   bool overwrite = false;         // replace an existing output file
   std::uint64_t seed = 0;         // base key of every random stream
-  std::string device = "cpu";     // cpu | cuda (needs a build with -DDIVSIM_CUDA=ON)
+  Device device = Device::cpu;    // cpu | cuda (needs a build with -DDIVSIM_CUDA=ON)
   std::int64_t checkpoint_every = 0;  // checkpoint every N steps (0: only on SIGTERM)
-  std::string resume = "no";      // no | auto: continue from the newest checkpoint of run.out, if any
+  ResumeMode resume = ResumeMode::no;  // no | auto: continue from the newest checkpoint of run.out, if any
 };
 
 struct DataSection {
-  std::string source = "fashion-mnist";  // fashion-mnist | synthetic | hdf5 | fortunes | text
+  DataSource source = DataSource::fashion_mnist;  // fashion-mnist | synthetic | hdf5 | fortunes | text
   std::string root = "/usr/share/datasets/fashion-mnist";
   std::string path;             // hdf5: the data file (data/h5_dataset.hpp); text: the UTF-8 text file
   std::int64_t train_size = 0;  // 0 = the whole training split; else its first N samples
@@ -55,7 +118,7 @@ struct ModelSection {
 };
 
 struct LossSection {
-  std::string type = "cross_entropy";  // cross_entropy | asl
+  LossType type = LossType::cross_entropy;  // cross_entropy | asl
   double label_smoothing = 0.0;
   double gamma_pos = 0.0;  // asl: focusing exponent of the positive class
   double gamma_neg = 4.0;  // asl: focusing exponent of the negative classes
@@ -63,7 +126,7 @@ struct LossSection {
 };
 
 struct OptimSection {
-  std::string type = "sgd";  // sgd | adamw
+  OptimizerType type = OptimizerType::sgd;  // sgd | adamw
   double lr = 0.05;
   double momentum = 0.9;
   bool nesterov = false;
@@ -75,7 +138,7 @@ struct OptimSection {
 };
 
 struct ScheduleSection {
-  std::string type = "cosine";  // constant | step | cosine
+  ScheduleType type = ScheduleType::cosine;  // constant | step | cosine
   std::int64_t warmup_steps = 0;
   std::int64_t step_size = 1000;  // step schedule: decay every step_size steps
   double gamma = 0.1;             // step schedule: decay factor
@@ -88,7 +151,7 @@ struct BatchSection {
   std::int64_t accum_steps = 1; // micro-batches per optimizer step (the least, with max_micro)
   std::int64_t max_micro = 0;   // if > 0: largest per-rank micro-batch; accumulation grows with 1/W to fit
   bool drop_last = true;        // sampler: drop the tail instead of padding by wrap-around
-  std::string lr_scaling = "none";  // none | linear: lr *= global / base_global (Goyal et al.)
+  LrScaling lr_scaling = LrScaling::none;  // none | linear: lr *= global / base_global (Goyal et al.)
   std::int64_t base_global = 256;    // the global batch optim.lr was tuned for
 };
 
@@ -96,18 +159,18 @@ struct TrainSection {
   std::int64_t steps = 0;       // optimizer steps; 0 -> derived from epochs
   std::int64_t epochs = 10;
   std::int64_t eval_every = 0;  // 0 = evaluate only at the end
-  std::string on_nonfinite = "record";  // stop | skip | record: what a NaN/Inf loss or gradient does
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::record;  // stop | skip | record: what a NaN/Inf loss or gradient does
 };
 
 struct SamplerSection {
-  std::string mode = "distributed";  // distributed | global_batch
+  SamplerMode mode = SamplerMode::distributed;  // distributed | global_batch
   bool shuffle = true;
   std::uint64_t seed = 0;  // PyTorch DistributedSampler's seed (shuffled with seed + epoch)
 };
 
 struct DistSection {
-  std::string reduce = "mpi";  // mpi | ring | deterministic
-  std::string backend = "mpi"; // mpi | nccl (GPU builds): who moves the gradient bytes
+  ReduceMode reduce = ReduceMode::mpi;  // mpi | ring | deterministic
+  CommBackend backend = CommBackend::mpi;  // mpi | nccl (GPU builds): who moves the gradient bytes
   double bucket_cap_mb = 25.0;
   bool broadcast_buffers = true;
   bool sync_bn = false;
@@ -119,8 +182,8 @@ struct DistSection {
 };
 
 struct PrecisionSection {
-  std::string matmul = "fp32";  // fp32 | tf32 | bf16 | fp16 (emulated: matmul inputs rounded)
-  std::string amp = "none";     // none | fp16: dynamic loss scaling as torch.cuda.amp.GradScaler
+  MatmulFormat matmul = MatmulFormat::fp32;  // fp32 | tf32 | bf16 | fp16 (emulated: matmul inputs rounded)
+  AmpMode amp = AmpMode::none;  // none | fp16: dynamic loss scaling as torch.cuda.amp.GradScaler
   double loss_scale_init = 65536.0;
   std::int64_t loss_scale_growth_interval = 2000;  // good steps before the scale doubles
 };

@@ -282,17 +282,22 @@ std::int64_t Dataset::counted(std::int64_t i) const {
 }
 
 DataSplits load_data(const DataSection& cfg, std::uint64_t seed, std::int64_t block_size) {
-  if (cfg.source == "fashion-mnist") return load_fashion_mnist(cfg);
-  if (cfg.source == "synthetic") return load_synthetic(cfg, seed);  // data.augment is refused once loaded
-  if (cfg.source == "hdf5") return read_h5_splits(cfg.path, cfg.train_size, cfg.test_size);
-  if (cfg.source == "fortunes" || cfg.source == "text") {
-    const bool fortunes = cfg.source == "fortunes";
-    DataSplits d = load_text(fortunes ? fortune_files() : std::vector<std::string>{cfg.path}, block_size,
-                             cfg.train_size, cfg.test_size);
-    d.description = (fortunes ? "fortunes " : "text " + cfg.path + " ") + d.description;
-    return d;
+  switch (cfg.source) {
+    case DataSource::fashion_mnist: return load_fashion_mnist(cfg);
+    case DataSource::synthetic: return load_synthetic(cfg, seed);  // data.augment is refused once loaded
+    case DataSource::hdf5: return read_h5_splits(cfg.path, cfg.train_size, cfg.test_size);
+    case DataSource::fortunes: {
+      DataSplits d = load_text(fortune_files(), block_size, cfg.train_size, cfg.test_size);
+      d.description = "fortunes " + d.description;
+      return d;
+    }
+    case DataSource::text: {
+      DataSplits d = load_text({cfg.path}, block_size, cfg.train_size, cfg.test_size);
+      d.description = "text " + cfg.path + " " + d.description;
+      return d;
+    }
   }
-  throw std::invalid_argument("data.source = '" + cfg.source + "' is not one of: fashion-mnist, synthetic, hdf5, fortunes, text");
+  throw std::logic_error("unknown data.source");
 }
 
 void augment_image(const float* in, float* out, const Dataset& ds, std::uint64_t seed, std::int64_t step,

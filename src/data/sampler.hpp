@@ -11,9 +11,10 @@
 #include <span>
 #include <vector>
 
+#include "config/run_config.hpp"  // SamplerMode
+
 namespace divsim {
 
-enum class SamplerMode { distributed, global_batch };
 
 struct SamplerShape {
   std::int64_t dataset_size;

@@ -13,7 +13,7 @@ class LossScalerDesync final : public Fault {
  public:
   LossScalerDesync(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
     finish_params();
-    if (ctx.cfg.precision.amp != "fp16") fail("needs precision.amp=fp16 (dynamic loss scaling)");
+    if (ctx.cfg.precision.amp != AmpMode::fp16) fail("needs precision.amp=fp16 (dynamic loss scaling)");
   }
   std::string adjust(std::int64_t, Replica& r) const override {
     r.knobs.local_overflow_check = true;

@@ -15,8 +15,8 @@ class LossSkew final : public Fault {
     value_ = number_param("value", 0.1);
     finish_params();
     if (value_ < 0.0 || value_ >= 1.0) fail("value must be in [0, 1)");
-    if (param_ == "asl_margin" && ctx.cfg.loss.type != "asl") fail("param=asl_margin needs loss.type=asl");
-    if (param_ == "label_smoothing" && ctx.cfg.loss.type != "cross_entropy")
+    if (param_ == "asl_margin" && ctx.cfg.loss.type != LossType::asl) fail("param=asl_margin needs loss.type=asl");
+    if (param_ == "label_smoothing" && ctx.cfg.loss.type != LossType::cross_entropy)
       fail("param=label_smoothing needs loss.type=cross_entropy");
   }
   std::string adjust(std::int64_t, Replica& r) const override {

@@ -12,7 +12,7 @@ class OptimizerStateReset final : public Fault {
   OptimizerStateReset(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
     finish_params();
     default_to_single_step();
-    if (ctx.cfg.optim.type == "sgd" && ctx.cfg.optim.momentum == 0.0)
+    if (ctx.cfg.optim.type == OptimizerType::sgd && ctx.cfg.optim.momentum == 0.0)
       fail("plain SGD without momentum has no optimizer state to lose");
   }
   bool log_every_step() const override { return true; }

@@ -22,7 +22,7 @@ class ReductionOrder final : public Fault {
     if (!(cap_mb_ > 0.0)) fail("cap_mb must be > 0");
     if (!shuffle_ && cap_mb_ == ctx.cfg.dist.bucket_cap_mb) fail("cap_mb equals dist.bucket_cap_mb: no change");
     if (ctx.world_size < 2) fail("needs a world size of at least 2 (there is no order to change)");
-    if (parse_reduce_mode(ctx.cfg.dist.reduce) == ReduceMode::deterministic)
+    if (ctx.cfg.dist.reduce == ReduceMode::deterministic)
       fail("dist.reduce=deterministic has no summation order to change");
   }
   bool log_every_step() const override { return shuffle_; }

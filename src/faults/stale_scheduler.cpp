@@ -12,7 +12,7 @@ class StaleScheduler final : public Fault {
   StaleScheduler(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
     finish_params();
     if (spec_.start == 0) fail("start must be > 0 (a restart at step 0 changes nothing)");
-    if (ctx.cfg.schedule.type == "constant" && ctx.cfg.schedule.warmup_steps == 0)
+    if (ctx.cfg.schedule.type == ScheduleType::constant && ctx.cfg.schedule.warmup_steps == 0)
       fail("a constant schedule without warmup has no state to lose");
   }
   std::string adjust(std::int64_t step, Replica& r) const override {

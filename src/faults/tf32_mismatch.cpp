@@ -11,12 +11,12 @@ namespace {
 class Tf32Mismatch final : public Fault {
  public:
   Tf32Mismatch(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    format_ = parse_matmul_format(text_param("format", "tf32", {"tf32", "bf16", "fp16"}));
+    format_ = *enum_from<MatmulFormat>(text_param("format", "tf32", {"tf32", "bf16", "fp16"}));
     finish_params();
   }
   std::string adjust(std::int64_t, Replica& r) const override {
     r.knobs.matmul = format_;
-    return std::string("matmul inputs rounded to ") + to_string(format_);
+    return "matmul inputs rounded to " + std::string(name_of(format_));
   }
 
  private:

@@ -51,24 +51,6 @@ float round_fp16(float x) {
   return static_cast<float>(static_cast<_Float16>(x));
 }
 
-MatmulFormat parse_matmul_format(std::string_view name) {
-  if (name == "fp32") return MatmulFormat::fp32;
-  if (name == "tf32") return MatmulFormat::tf32;
-  if (name == "bf16") return MatmulFormat::bf16;
-  if (name == "fp16") return MatmulFormat::fp16;
-  throw std::invalid_argument("unknown matmul format '" + std::string(name) + "' (fp32 | tf32 | bf16 | fp16)");
-}
-
-const char* to_string(MatmulFormat f) {
-  switch (f) {
-    case MatmulFormat::fp32: return "fp32";
-    case MatmulFormat::tf32: return "tf32";
-    case MatmulFormat::bf16: return "bf16";
-    case MatmulFormat::fp16: return "fp16";
-  }
-  return "?";
-}
-
 void round_to_format(std::span<float> values, MatmulFormat f) {
   switch (f) {
     case MatmulFormat::fp32: return;

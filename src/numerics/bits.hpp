@@ -22,9 +22,8 @@ float round_mantissa(float x, int mantissa_bits);
 // IEEE binary16 round trip (FP16: 10 mantissa bits, 5 exponent bits: overflow -> Inf, subnormals).
 float round_fp16(float x);
 
+// Its configuration names (precision.matmul, tf32_mismatch's format) are in config/run_config.hpp.
 enum class MatmulFormat { fp32, tf32, bf16, fp16 };
-MatmulFormat parse_matmul_format(std::string_view name);  // throws std::invalid_argument
-const char* to_string(MatmulFormat f);
 
 // Round every element in place to the format (no-op for fp32).
 void round_to_format(std::span<float> values, MatmulFormat f);

@@ -158,7 +158,7 @@ class AdamW final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimSection& cfg, std::size_t n_params) {
-  if (cfg.type == "sgd") {
+  if (cfg.type == OptimizerType::sgd) {
     // torch raises the same: nesterov needs momentum (and zero dampening, which is fixed here).
     if (cfg.nesterov && cfg.momentum <= 0.0) {
       throw std::invalid_argument("optim.nesterov = true needs optim.momentum > 0, got " +
@@ -166,8 +166,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimSection& cfg, std::size_t n
     }
     return std::make_unique<Sgd>(cfg, n_params);
   }
-  if (cfg.type == "adamw") return std::make_unique<AdamW>(cfg, n_params);
-  throw std::invalid_argument("optim.type: unknown optimizer '" + cfg.type + "' (expected sgd or adamw)");
+  return std::make_unique<AdamW>(cfg, n_params);
 }
 
 }  // namespace divsim

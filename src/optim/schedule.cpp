@@ -14,20 +14,21 @@ double scheduled_lr(const ScheduleSection& cfg, double base_lr, std::int64_t ste
     return base_lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
   }
   const std::int64_t s = step - cfg.warmup_steps;
-  if (cfg.type == "constant") return base_lr;
-  if (cfg.type == "step") {
-    if (cfg.step_size < 1) {
-      throw std::invalid_argument("schedule.step_size must be >= 1 for schedule.type = step, got " +
-                                  std::to_string(cfg.step_size));
+  switch (cfg.type) {
+    case ScheduleType::constant: return base_lr;
+    case ScheduleType::step:
+      if (cfg.step_size < 1) {
+        throw std::invalid_argument("schedule.step_size must be >= 1 for schedule.type = step, got " +
+                                    std::to_string(cfg.step_size));
+      }
+      return base_lr * std::pow(cfg.gamma, static_cast<double>(s / cfg.step_size));
+    case ScheduleType::cosine: {
+      const auto span = std::max<std::int64_t>(1, total_steps - cfg.warmup_steps);
+      const double progress = static_cast<double>(s) / static_cast<double>(span);
+      return cfg.min_lr + 0.5 * (base_lr - cfg.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
     }
-    return base_lr * std::pow(cfg.gamma, static_cast<double>(s / cfg.step_size));
   }
-  if (cfg.type == "cosine") {
-    const auto span = std::max<std::int64_t>(1, total_steps - cfg.warmup_steps);
-    const double progress = static_cast<double>(s) / static_cast<double>(span);
-    return cfg.min_lr + 0.5 * (base_lr - cfg.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
-  }
-  throw std::invalid_argument("schedule.type: unknown schedule '" + cfg.type + "' (expected constant, step or cosine)");
+  throw std::logic_error("unknown schedule.type");
 }
 
 }  // namespace divsim

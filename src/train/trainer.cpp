@@ -286,17 +286,17 @@ int exit_code_for(const std::exception_ptr& e) {
 // its bytes (each character becomes at least a float32 input and an int32 target): refuse before
 // allocating what cannot fit.
 DataSplits load_data_within(const RunConfig& cfg, const MemoryBudget& budget) {
-  if (cfg.data.source == "hdf5")
+  if (cfg.data.source == DataSource::hdf5)
     require_fits(h5_splits_bytes(cfg.data.path, cfg.data.train_size, cfg.data.test_size), budget, "data.path",
                  "the data set in " + cfg.data.path + " (as float32)");
-  if (cfg.data.source == "synthetic") {
+  if (cfg.data.source == DataSource::synthetic) {
     const auto samples = static_cast<std::uint64_t>(cfg.data.synthetic_train + cfg.data.synthetic_test);
     const auto floats = static_cast<std::uint64_t>(cfg.data.synthetic_features) + 1;  // features, label
     require_fits(samples * floats * sizeof(float), budget, "data.synthetic_train",
                  "the synthetic data set (data.synthetic_train + data.synthetic_test samples of "
                  "data.synthetic_features features)");
   }
-  if (cfg.data.source == "text") {
+  if (cfg.data.source == DataSource::text) {
     std::error_code ec;
     const std::uintmax_t bytes = std::filesystem::file_size(cfg.data.path, ec);
     if (!ec)
@@ -390,7 +390,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
                    " parameters (its sizes: model.hidden for the mlp, model.channels and blocks for the resnet, "
                    "model.dim and depth for the vit; dist.world_size / processes) with their gradients, optimizer "
                    "state and activations");
-  if (cfg_.run.resume == "auto") resume_ = find_checkpoint(cfg_.output_path());
+  if (cfg_.run.resume == ResumeMode::automatic) resume_ = find_checkpoint(cfg_.output_path());
   if (resume_) {
     if (resume_->world_size != proc_.world_size)
       throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) + " has world size " +
@@ -401,10 +401,10 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   }
   if (model_.targets() != data_.train.targets)
     throw ConfigError("model.type", cfg_.model.type + " predicts " + std::to_string(model_.targets()) +
-                                        " target(s) per sample, but the samples of data.source=" + cfg_.data.source +
+                                        " target(s) per sample, but the samples of data.source=" + std::string(name_of(cfg_.data.source)) +
                                         " have " + std::to_string(data_.train.targets) +
                                         (data_.train.targets > 1 ? " (sequences: use model.type=gpt)" : ""));
-  const ReduceMode mode = parse_reduce_mode(cfg_.dist.reduce);
+  const ReduceMode mode = cfg_.dist.reduce;
   deterministic_ = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
@@ -412,7 +412,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     throw ConfigError("batch.global", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
                                          "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +
                                          "); use dist.sync_bn=true or a larger batch.global");
-  if (cfg_.batch.lr_scaling == "linear")
+  if (cfg_.batch.lr_scaling == LrScaling::linear)
     lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
 
   EngineSettings es;
@@ -423,18 +423,18 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   es.augment = cfg_.data.augment;
   // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
   // the chunk); the other products may take the whole micro-batch where a row's bits do not change.
-  if (deterministic_ && cfg_.run.device != "cuda") es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
+  if (deterministic_ && cfg_.run.device != Device::cuda) es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
 
   try {
     sampler_ = std::make_unique<Sampler>(
-        cfg_.sampler.mode == "global_batch" ? SamplerMode::global_batch : SamplerMode::distributed,
+        cfg_.sampler.mode == SamplerMode::global_batch ? SamplerMode::global_batch : SamplerMode::distributed,
         SamplerShape{data_.train.n, proc_.world_size, plan_.micro_batch, plan_.accum_steps, cfg_.batch.drop_last,
                      cfg_.sampler.shuffle, cfg_.sampler.seed});
   } catch (const std::invalid_argument& e) {
     throw ConfigError("batch.global", e.what());
   }
   steps_per_epoch_ = sampler_->steps_per_epoch();
-  if (deterministic_ && cfg_.sampler.mode == "distributed" && es.chunk < plan_.micro_batch) {
+  if (deterministic_ && cfg_.sampler.mode == SamplerMode::distributed && es.chunk < plan_.micro_batch) {
     // Local row j holds global position r + W*j of its micro-window; chunk q of this rank is the rows
     // q + t*(mb/c), t = 0..c-1, i.e. positions spaced mb*W/c apart: the same set at every W.
     const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(es.chunk);
@@ -456,10 +456,10 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   reduce_layout_.share_node_memory = cfg_.dist.shared_memory;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
   if (deterministic_)
-    plan_tree(reduce_layout_, cfg_.sampler.mode == "distributed", static_cast<std::size_t>(plan_.micro_batch / es.chunk),
+    plan_tree(reduce_layout_, cfg_.sampler.mode == SamplerMode::distributed, static_cast<std::size_t>(plan_.micro_batch / es.chunk),
               static_cast<std::size_t>(plan_.accum_steps));
-  if (cfg_.run.device != "cuda" && cfg_.dist.backend != "nccl") pair_tree_siblings(reduce_layout_, es, model_);
-  if (cfg_.dist.backend == "nccl") {
+  if (cfg_.run.device != Device::cuda && cfg_.dist.backend != CommBackend::nccl) pair_tree_siblings(reduce_layout_, es, model_);
+  if (cfg_.dist.backend == CommBackend::nccl) {
 #ifdef DIVSIM_HAVE_CUDA
     reducer_ = make_nccl_reducer(comm_, reduce_layout_);
 #else
@@ -468,7 +468,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   } else {
     reducer_ = make_reducer(mode, comm_, reduce_layout_);
   }
-  if (cfg_.run.device == "cuda") {
+  if (cfg_.run.device == Device::cuda) {
 #ifdef DIVSIM_HAVE_CUDA
     engine_ = make_gpu_engine(model_, data_.train, *reducer_, es, proc_.process, comm_);
 #else
@@ -496,7 +496,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     model_.init_parameters(r.params, r.init_seed);
     model_.init_buffers(r.buffers);
     r.optimizer = make_optimizer(cfg_.optim, model_.num_params());
-    r.loss_scale = cfg_.precision.amp == "fp16" ? cfg_.precision.loss_scale_init : 1.0;
+    r.loss_scale = cfg_.precision.amp == AmpMode::fp16 ? cfg_.precision.loss_scale_init : 1.0;
     grad_spans_.emplace_back(r.grads);
     if (resume_) {
       RankCheckpointExtra extra;
@@ -514,7 +514,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
 std::uint64_t Run::replica_bytes() const {
   // Parameters and gradients, optimizer state (momentum; AdamW two moments), and for one micro-batch
   // each activation, its gradient and what the layers keep for backward.
-  const std::uint64_t slots = 2 + (cfg_.optim.type == "adamw" ? 2 : cfg_.optim.momentum > 0 ? 1 : 0);
+  const std::uint64_t slots = 2 + (cfg_.optim.type == OptimizerType::adamw ? 2 : cfg_.optim.momentum > 0 ? 1 : 0);
   const auto activations =
       static_cast<std::uint64_t>(2 * model_.activation_floats() + model_.saved_floats_per_sample());
   return sizeof(float) * (slots * model_.num_params() + activations * static_cast<std::uint64_t>(plan_.micro_batch));
@@ -619,8 +619,8 @@ void Run::checkpoint(TrajectoryWriter& writer, std::int64_t step) {
 void Run::reset_knobs(Replica& r, std::int64_t step) const {
   RankKnobs& k = r.knobs;
   k = RankKnobs{};
-  k.matmul = parse_matmul_format(cfg_.precision.matmul);
-  k.loss.asl = cfg_.loss.type == "asl";
+  k.matmul = cfg_.precision.matmul;
+  k.loss.asl = cfg_.loss.type == LossType::asl;
   k.loss.label_smoothing = cfg_.loss.label_smoothing;
   k.loss.gamma_pos = cfg_.loss.gamma_pos;
   k.loss.gamma_neg = cfg_.loss.gamma_neg;
@@ -817,7 +817,7 @@ void Run::reduce() {
 // (65504) or non-finite is an overflow: skip the step and halve the scale; otherwise unscale, and
 // double the scale after loss_scale_growth_interval good steps. Returns true when the step is skipped.
 bool Run::apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow) {
-  if (cfg_.precision.amp != "fp16") return false;
+  if (cfg_.precision.amp != AmpMode::fp16) return false;
   const std::size_t np = model_.num_params();
   bool overflow = local_overflow;
   if (!r.knobs.local_overflow_check)
@@ -847,16 +847,16 @@ bool Run::handle_nonfinite(std::int64_t step, const std::vector<double>& loss, c
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
     if (std::isfinite(loss[k]) && std::isfinite(grad_norm[k])) continue;
     any = 1;
-    const bool log_it = cfg_.train.on_nonfinite != "record" || !nonfinite_seen_[k];
+    const bool log_it = cfg_.train.on_nonfinite != NonFinitePolicy::record || !nonfinite_seen_[k];
     nonfinite_seen_[k] = 1;
     if (log_it)
       log_(step, replicas_[k].rank, "nonfinite",
            "loss " + std::to_string(loss[k]) + ", local grad norm " + std::to_string(grad_norm[k]) +
-               (cfg_.train.on_nonfinite == "stop" ? "; stopping" : cfg_.train.on_nonfinite == "skip" ? "; update skipped" : ""));
+               (cfg_.train.on_nonfinite == NonFinitePolicy::stop ? "; stopping" : cfg_.train.on_nonfinite == NonFinitePolicy::skip ? "; update skipped" : ""));
   }
-  if (cfg_.train.on_nonfinite == "record") return false;
+  if (cfg_.train.on_nonfinite == NonFinitePolicy::record) return false;
   allreduce_in_place(&any, 1, MPI_INT, MPI_MAX, comm_);
-  if (any && cfg_.train.on_nonfinite == "stop") stop_requested_ = true;
+  if (any && cfg_.train.on_nonfinite == NonFinitePolicy::stop) stop_requested_ = true;
   return any != 0;
 }
 
@@ -1119,7 +1119,7 @@ void note_oversubscription(const RunConfig& cfg, const ProcessLayout& layout, co
       if (world % p == 0) fold = p;
     hint = "; the same " + std::to_string(world) + " ranks run faster as mpiexec -n " + std::to_string(fold) +
            " ... --dist.world_size=" + std::to_string(world);
-    if (parse_reduce_mode(cfg.dist.reduce) == ReduceMode::mpi) hint += " (bitwise the same with dist.reduce=ring or deterministic)";
+    if (cfg.dist.reduce == ReduceMode::mpi) hint += " (bitwise the same with dist.reduce=ring or deterministic)";
   }
   std::fprintf(stderr, "divsim: note: %d processes share %d CPUs on this node and wait for each other's time slices%s\n",
                share.processes, share.cpus, hint.c_str());

@@ -102,7 +102,7 @@ TEST(GpuLayers, Bf16AndFp16RoundingEqualTheCpuEmulationBitwise) {
     std::vector<float> want = x;
     round_to_format(want, f);
     gpu::round_to_format(d_x.data(), d_y.data(), x.size(), f, nullptr);
-    expect_bitwise(std::string("round to ") + to_string(f), to_host(d_y), want);
+    expect_bitwise("round to " + std::string(name_of(f)), to_host(d_y), want);
   }
   EXPECT_THROW(gpu::round_to_format(d_x.data(), d_y.data(), x.size(), MatmulFormat::tf32, nullptr),
                std::invalid_argument);

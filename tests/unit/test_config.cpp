@@ -139,7 +139,7 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
 RunConfig everything_changed() {
   RunConfig c;
   c.run = {"sweep-7.b_2", "/scratch/out dir/r.h5", true, 18446744073709551615ull};
-  c.data.source = "synthetic";
+  c.data.source = DataSource::synthetic;
   c.data.root = "/data/fmnist";
   c.data.train_size = 1000;
   c.data.test_size = 500;
@@ -155,7 +155,7 @@ RunConfig everything_changed() {
   c.model.bn_momentum = 1.0 / 3.0;
   c.model.bn_eps = 1e-7;
   c.loss.label_smoothing = 0.30000000000000004;  // 0.1 + 0.2
-  c.optim.type = "adamw";
+  c.optim.type = OptimizerType::adamw;
   c.optim.lr = 3.0000000000000004;  // nextafter(3, 4)
   c.optim.momentum = 0.5;
   c.optim.nesterov = true;
@@ -164,20 +164,20 @@ RunConfig everything_changed() {
   c.optim.beta2 = 0.9999999999999999;
   c.optim.eps = 1e-12;
   c.optim.clip_norm = 1.5;
-  c.schedule = {"step", 100, 250, 0.5, 2.5e-5};
+  c.schedule = {ScheduleType::step, 100, 250, 0.5, 2.5e-5};
   c.batch.global = 1000;
   c.batch.per_rank = 16;
   c.batch.accum_steps = 4;
   c.batch.drop_last = false;
-  c.batch.lr_scaling = "linear";
+  c.batch.lr_scaling = LrScaling::linear;
   c.batch.base_global = 512;
   c.train.steps = 1234;
   c.train.epochs = 3;
   c.train.eval_every = 50;
-  c.train.on_nonfinite = "skip";
-  c.sampler = {"global_batch", false, 99};
-  c.dist.reduce = "deterministic";
-  c.dist.backend = "mpi";  // nccl needs dist.reduce=mpi; the string round trip is the same
+  c.train.on_nonfinite = NonFinitePolicy::skip;
+  c.sampler = {SamplerMode::global_batch, false, 99};
+  c.dist.reduce = ReduceMode::deterministic;
+  c.dist.backend = CommBackend::mpi;  // nccl needs dist.reduce=mpi; the string round trip is the same
   c.dist.bucket_cap_mb = 0.0001;
   c.dist.broadcast_buffers = false;
   c.dist.sync_bn = true;
@@ -185,20 +185,20 @@ RunConfig everything_changed() {
   c.dist.world_size = 8;
   c.dist.det_chunk = 64;
   c.dist.shared_memory = false;
-  c.run.device = "cuda";
-  c.precision.matmul = "bf16";
+  c.run.device = Device::cuda;
+  c.precision.matmul = MatmulFormat::bf16;
   c.record.layers_every = 0;
   c.record.samples = true;
   c.record.init_params = true;
   c.record.flush_every = 7;
   c.record.chunk_steps = 32;
   c.run.checkpoint_every = 500;
-  c.run.resume = "auto";
-  c.loss.type = "asl";
+  c.run.resume = ResumeMode::automatic;
+  c.loss.type = LossType::asl;
   c.loss.gamma_pos = 1.5;
   c.loss.gamma_neg = 3.0;
   c.loss.margin = 0.2;
-  c.precision.amp = "fp16";
+  c.precision.amp = AmpMode::fp16;
   c.precision.loss_scale_init = 1024.0;
   c.precision.loss_scale_growth_interval = 100;
   c.faults = {"bitflip:ranks=1,start=10,bit=30", "skip_rank:ranks=0+2-3,prob=0.1"};

@@ -464,7 +464,7 @@ TEST(StepEnginePrecision, MatmulRoundingMovesResultsByTheFormatsRoundoff) {
                       max_rel(rig.grad(r), rig.grad(ref))});
     const Change& c = change.back();
     std::printf("[ check    ] %s vs fp32 relative change: loss %.3g logits %.3g fc3 gradient %.3g gradient %.3g\n",
-                to_string(r.knobs.matmul), c.loss, c.logits, c.last_grad, c.grad);
+                name_of(r.knobs.matmul).data(), c.loss, c.logits, c.last_grad, c.grad);
   }
   // TF32: above 1e-5 (the rounding happened) and below 4 unit roundoffs, 2^-9.
   for (const double v : {change[0].loss, change[0].logits, change[0].last_grad}) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "config/run_config.hpp"
 #include "numerics/bits.hpp"
 #include "numerics/pairwise_sum.hpp"
 #include "numerics/philox.hpp"
@@ -87,8 +88,9 @@ TEST(Precision, Bf16AndFp16) {
   std::vector<float> v{1.0f + 0x1.8p-11f, 2.0f};
   round_to_format(v, MatmulFormat::tf32);
   EXPECT_EQ(v[0], 1.0f + 0x1.0p-10f);
-  EXPECT_EQ(parse_matmul_format("bf16"), MatmulFormat::bf16);
-  EXPECT_THROW(parse_matmul_format("fp8"), std::invalid_argument);
+  EXPECT_EQ(enum_from<MatmulFormat>("bf16"), MatmulFormat::bf16);
+  EXPECT_FALSE(enum_from<MatmulFormat>("fp8"));
+  EXPECT_EQ(name_of(MatmulFormat::tf32), "tf32");
 }
 
 TEST(HashBits, EqualIffBitsEqual) {

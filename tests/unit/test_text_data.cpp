@@ -263,7 +263,7 @@ TEST(TextData, RefusesInvalidUtf8AtItsByte) {
 TEST(TextData, LoadDataNamesTheSource) {
   const TwelveDocs fx;
   DataSection cfg;
-  cfg.source = "text";
+  cfg.source = DataSource::text;
   cfg.path = fx.f2;
   cfg.train_size = 3;
   // f2 alone holds 9 documents: each is cut into tenths.
@@ -282,7 +282,7 @@ TEST(TextData, RealFortunes) {
     EXPECT_FALSE(fs::path(f).has_extension()) << f;
   }
   DataSection cfg;
-  cfg.source = "fortunes";
+  cfg.source = DataSource::fortunes;
   const DataSplits d = load_data(cfg, 0, 64);
   EXPECT_EQ(d.description, "fortunes 42646/4818 sequences of 64 tokens (vocabulary 114, 15217 documents)");
   EXPECT_EQ(checksum(d.train, false), 4592793277639);
