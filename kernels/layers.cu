@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "config/run_config.hpp"
 #include "cuda_util.hpp"
 #include "layers_gpu.hpp"
 #include "philox.cuh"
@@ -231,7 +232,7 @@ void round_to_format(const float* x, float* y, std::size_t n, MatmulFormat forma
       break;
     case MatmulFormat::fp32:
     case MatmulFormat::tf32:
-      throw std::invalid_argument(std::string("gpu::round_to_format: ") + to_string(format) +
+      throw std::invalid_argument("gpu::round_to_format: " + std::string(name_of(format)) +
                                   " inputs are not rounded by a kernel");
   }
   check_launch("round_to_format");

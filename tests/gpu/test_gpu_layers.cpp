@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "config/run_config.hpp"
 #include "gpu_test_support.hpp"
 #include "layers_gpu.hpp"
 #include "loss_gpu.hpp"
