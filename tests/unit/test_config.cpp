@@ -1,7 +1,6 @@
 // The configuration front end: layering (defaults < files < command line), every error class, the
 // validate() ranges, --help/--version, and the --print-config round trip.
 #include <gtest/gtest.h>
-#include <stdlib.h>  // mkdtemp
 
 #include <cmath>
 #include <filesystem>
@@ -12,37 +11,14 @@
 
 #include "config/options.hpp"
 #include "divsim_version.hpp"
+#include "temp_dir.hpp"
 
 using namespace divsim;
+using divsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "divsim_cfg_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string write(const std::string& name, const std::string& text) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 CliResult parse(const std::vector<std::string>& args) {
   std::vector<const char*> argv{"divsim"};
@@ -369,8 +345,8 @@ TEST(ConfigErrors, DuplicatesFilesAndSyntax) {
   const std::string single = dir.write("single.ini", "[optim]\nlr = 0.2\n");
   EXPECT_EQ(parse({"--config", single, "--config", other}).config.optim.lr, 0.3);
 
-  expect_cli_error({"--config", dir.path("missing.ini")}, "config", {"does not exist", "missing.ini"});
-  expect_cli_error({"--config", dir.path("")}, "config", {"is a directory"});
+  expect_cli_error({"--config", dir.file("missing.ini")}, "config", {"does not exist", "missing.ini"});
+  expect_cli_error({"--config", dir.file("")}, "config", {"is a directory"});
   expect_cli_error({"--config", dir.write("bad.ini", "[optim]\nlr 0.1\n")}, "config", {"bad.ini", "lr 0.1"});
 }
 

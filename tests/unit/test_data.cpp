@@ -2,7 +2,6 @@
 // an independent two-pass computation and against numpy-computed bits of the real Fashion-MNIST, the
 // synthetic teacher data, and the augmentation's transform family and keying.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,31 +17,16 @@
 
 #include "data/dataset.hpp"
 #include "numerics/philox.hpp"
+#include "temp_dir.hpp"
 
 using namespace divsim;
+using divsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("divsim_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string root() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 void put_be32(Bytes& b, std::uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<std::uint8_t>(v >> s));

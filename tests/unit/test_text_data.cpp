@@ -3,7 +3,6 @@
 // the vocabulary, windows and padding, the size cuts and every refusal; then Debian's real fortunes.
 // tests/python/test_text_data.py holds validation/text_data.py to the same fixtures and numbers.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,35 +13,16 @@
 
 #include "config/run_config.hpp"
 #include "data/text_data.hpp"
+#include "temp_dir.hpp"
 
 using namespace divsim;
+using divsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 using Ids = std::vector<std::int32_t>;
 
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("divsim_test_text_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  // Writes `bytes` to <dir>/<name> and returns the path.
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const std::string path = (path_ / name).string();
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-    return path;
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 // Rows [first, first + count) of a split: inputs (as ids) and targets, one block after another.
 Ids inputs(const Dataset& ds, std::int64_t first, std::int64_t count) {
