@@ -83,12 +83,7 @@ TEST(ModelGpt, OneStepMatchesPyTorch) {
   rig.reduce(1.0);
   const EvalResult eval = rig.engine.evaluate(r, data);
 
-  std::string script = std::string(test::kImportTorch) +
-      "nn = torch.nn\n"
-      "F = nn.functional\n"
-      "torch.set_num_threads(1)\n"
-      "h = lambda s: [float.fromhex(v) for v in s.split()]\n"
-      "out = lambda key, t: print(key, ' '.join(float(v).hex() for v in t.detach().double().flatten().tolist()))\n"
+  std::string script = std::string(test::kImportTorch) + test::kModelScriptPrelude +
       "class CausalSelfAttention(nn.Module):\n"
       "    def __init__(self, dim, heads):\n"
       "        super().__init__()\n"

@@ -20,6 +20,15 @@ inline constexpr const char* kImportTorch =
     "except Exception as e:\n"
     "    print('NO_TORCH', repr(e)); sys.exit(0)\n";
 
+// What a whole-model script needs after kImportTorch: nn and F, one thread, h() to read hex_list()'s
+// floats and out() to print a tensor's values bit for bit under a key (parsed by run_python).
+inline constexpr const char* kModelScriptPrelude =
+    "nn = torch.nn\n"
+    "F = nn.functional\n"
+    "torch.set_num_threads(1)\n"
+    "h = lambda s: [float.fromhex(v) for v in s.split()]\n"
+    "out = lambda key, t: print(key, ' '.join(float(v).hex() for v in t.detach().double().flatten().tolist()))\n";
+
 std::string exact(double v);                    // a Python expression for v, bit for bit
 std::string hex_list(std::span<const float> v);  // "0x1.8p-1 ..." for h() in the scripts
 
