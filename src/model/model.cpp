@@ -89,6 +89,7 @@ std::size_t Model::tie(const Layer& layer, const ParamSpec& p) {
     throw std::logic_error("layer " + layer.name() + " ties " + p.name + " " + to_string(p.shape) + " to " + p.tied + " " +
                            to_string(owner->shape));
   Layer& o = *nodes_[owner->layer_index].layer;
+  if (&o == &layer) throw std::logic_error("layer " + layer.name() + " ties " + p.name + " to its own " + p.tied);
   for (std::size_t i = 0; i < o.params().size(); ++i)
     if (o.params()[i].name == owner->name) o.share(i);
   return owner->offset;
