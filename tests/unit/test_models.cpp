@@ -191,7 +191,7 @@ TEST(ModelVit, OneStepMatchesPyTorch) {
   rig.reduce(1.0);
   const EvalResult eval = rig.engine.evaluate(r, data);
 
-  std::string script = std::string(test::kImportTorch) + test::kModelScriptPrelude +
+  const std::string net =
       "class PatchEmbed(nn.Module):\n"
       "    def __init__(self, dim, patch):\n"
       "        super().__init__()\n"
@@ -244,37 +244,13 @@ TEST(ModelVit, OneStepMatchesPyTorch) {
       "        x = self.tokens(self.patch_embed.proj(x))\n"
       "        for b in self.blocks: x = b(x)\n"
       "        return self.head(self.norm(x)[:, 0])\n"
-      "net = ViT(28, 7, 16, 2, 2, 4, 10)\n"
-      "params = {\n";
-  for (const ParamTensor& t : rig.model.tensors())
-    script += "  '" + t.key() + "': h('" + hex_list(std::span<const float>(params.data() + t.offset, t.size)) + "'),\n";
-  script += "}\nx = torch.tensor(h('" + hex_list(data.x) + "'), dtype=torch.float32).reshape(" +
-            std::to_string(kImages) + ", 1, 28, 28)\ny = torch.tensor([";
-  for (const std::int32_t v : data.y) script += std::to_string(v) + ",";
-  script +=
-      "])\n"
-      "names = [n for n, _ in net.named_parameters()]\n"
-      "assert names == list(params), (names, list(params))\n"
-      "print('same_keys_in_order 1')\n"
-      "with torch.no_grad():\n"
-      "    for n, p in net.named_parameters(): p.copy_(torch.tensor(params[n], dtype=torch.float32).reshape(p.shape))\n"
-      "loss = F.cross_entropy(net(x), y)\n"
-      "loss.backward()\n"
-      "out('loss', loss)\n"
-      "for n, p in net.named_parameters(): out(n, p.grad)\n";
-  std::string raw;
-  const auto torch = run_python(script, raw);
-  if (torch.contains("NO_TORCH")) GTEST_SKIP() << "torch cannot be imported: " << raw;
-  ASSERT_TRUE(torch.contains("same_keys_in_order") && torch.contains("loss")) << "unexpected python output:\n" << raw;
-
-  const double loss = torch.at("loss").at(0);
-  std::printf("[ torch    ] loss divsim %.9g torch %.9g; eval loss divsim %.9g\n", r.loss_sum / kImages, loss,
-              eval.loss);
-  EXPECT_NEAR(r.loss_sum / kImages, loss, 1e-6 * loss);
-  EXPECT_NEAR(eval.loss, loss, 1e-6 * loss);
-  const std::span<const float> grad = rig.grad(r);
-  for (const ParamTensor& t : rig.model.tensors()) {
-    ASSERT_TRUE(torch.contains(t.key())) << t.key() << " missing:\n" << raw;
-    expect_close("torch " + t.key(), grad.subspan(t.offset, t.size), torch.at(t.key()), 1e-5);
-  }
+      "net = ViT(28, 7, 16, 2, 2, 4, 10)";
+  std::string inputs = "x = torch.tensor(h('" + hex_list(data.x) + "'), dtype=torch.float32).reshape(" +
+                       std::to_string(kImages) + ", 1, 28, 28)\ny = torch.tensor([";
+  for (const std::int32_t v : data.y) inputs += std::to_string(v) + ",";
+  inputs += "])";
+  std::string skipped;
+  if (!check_model_step_against_torch({net, inputs, "F.cross_entropy(net(x), y)"},
+                                      {rig.model, params, rig.grad(r), r.loss_sum / kImages, eval.loss}, skipped))
+    GTEST_SKIP() << skipped;
 }

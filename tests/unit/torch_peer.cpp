@@ -82,6 +82,50 @@ void expect_close(const std::string& what, std::span<const float> got, const std
   EXPECT_LE(err, tol) << what;
 }
 
+bool check_model_step_against_torch(const TorchModelStep& t, const DivsimStep& d, std::string& skipped) {
+  std::string script = std::string(kImportTorch) +
+      "nn = torch.nn\n"
+      "F = nn.functional\n"
+      "torch.set_num_threads(1)\n"
+      "h = lambda s: [float.fromhex(v) for v in s.split()]\n"
+      "out = lambda key, t: print(key, ' '.join(float(v).hex() for v in t.detach().double().flatten().tolist()))\n" +
+      t.net + "\nparams = {\n";
+  for (const ParamTensor& p : d.model.tensors())
+    script += "  '" + p.key() + "': h('" + hex_list(d.init.subspan(p.offset, p.size)) + "'),\n";
+  script += "}\n" + t.inputs + "\n" +
+      "names = [n for n, _ in net.named_parameters()]\n"
+      "assert names == list(params), (names, list(params))\n"
+      "print('same_keys_in_order 1')\n"
+      "with torch.no_grad():\n"
+      "    for n, p in net.named_parameters(): p.copy_(torch.tensor(params[n], dtype=torch.float32).reshape(p.shape))\n"
+      "loss = " + t.loss + "\n"
+      "loss.backward()\n"
+      "out('loss', loss)\n"
+      "for n, p in net.named_parameters(): out(n, p.grad)\n";
+  std::string raw;
+  const auto torch = run_python(script, raw);
+  if (torch.contains("NO_TORCH")) {
+    skipped = "torch cannot be imported: " + raw;
+    return false;
+  }
+  if (!torch.contains("same_keys_in_order") || !torch.contains("loss")) {
+    ADD_FAILURE() << "unexpected python output:\n" << raw;
+    return true;
+  }
+  const double loss = torch.at("loss").at(0);
+  std::printf("[ torch    ] loss divsim %.9g torch %.9g; eval loss divsim %.9g\n", d.loss, loss, d.eval_loss);
+  EXPECT_NEAR(d.loss, loss, 1e-6 * loss);
+  EXPECT_NEAR(d.eval_loss, loss, 1e-6 * loss);
+  for (const ParamTensor& p : d.model.tensors()) {
+    if (!torch.contains(p.key())) {
+      ADD_FAILURE() << p.key() << " missing:\n" << raw;
+      continue;
+    }
+    expect_close("torch " + p.key(), d.grad.subspan(p.offset, p.size), torch.at(p.key()), 1e-5);
+  }
+  return true;
+}
+
 bool check_layer_against_torch(const TorchLayerCase& c, std::string& skipped) {
   LayerBench bench(c.spec, c.rows, c.input_scale);
   const Layer& layer = bench.layer();

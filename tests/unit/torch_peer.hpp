@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/layer.hpp"
+#include "model/model.hpp"
 
 namespace divsim::test {
 
@@ -19,15 +20,6 @@ inline constexpr const char* kImportTorch =
     "    import torch\n"
     "except Exception as e:\n"
     "    print('NO_TORCH', repr(e)); sys.exit(0)\n";
-
-// What a whole-model script needs after kImportTorch: nn and F, one thread, h() to read hex_list()'s
-// floats and out() to print a tensor's values bit for bit under a key (parsed by run_python).
-inline constexpr const char* kModelScriptPrelude =
-    "nn = torch.nn\n"
-    "F = nn.functional\n"
-    "torch.set_num_threads(1)\n"
-    "h = lambda s: [float.fromhex(v) for v in s.split()]\n"
-    "out = lambda key, t: print(key, ' '.join(float(v).hex() for v in t.detach().double().flatten().tolist()))\n";
 
 std::string exact(double v);                    // a Python expression for v, bit for bit
 std::string hex_list(std::span<const float> v);  // "0x1.8p-1 ..." for h() in the scripts
@@ -57,5 +49,24 @@ struct TorchLayerCase {
 };
 // Returns false (and reports the skip reason in `skipped`) when torch cannot be imported.
 bool check_layer_against_torch(const TorchLayerCase& c, std::string& skipped);
+
+// One training step of a whole model against the same network written in torch. The script defines
+// `net` (nn and F in scope) and the inputs its `loss` expression reads; the check loads divsim's initial
+// parameters into it by state_dict key (the names must be divsim's, in divsim's order), computes `loss`
+// in float32 and its gradients. divsim's step loss and eval loss (same parameters, so the same value
+// without dropout) must agree within 1e-6 relative, every parameter gradient within 1e-5 of its tensor's
+// largest |grad|.
+struct TorchModelStep {
+  std::string net;     // Python defining `net`
+  std::string inputs;  // Python defining the tensors `loss` reads
+  std::string loss;    // a Python expression: the mean loss torch differentiates
+};
+struct DivsimStep {
+  const Model& model;
+  std::span<const float> init, grad;  // parameters before the step, the step's reduced gradient
+  double loss = 0.0, eval_loss = 0.0;
+};
+// Returns false (and reports the skip reason in `skipped`) when torch cannot be imported.
+bool check_model_step_against_torch(const TorchModelStep& t, const DivsimStep& d, std::string& skipped);
 
 }  // namespace divsim::test
