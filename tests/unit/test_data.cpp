@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "data/dataset.hpp"
+#include "data_error.hpp"
 #include "numerics/philox.hpp"
 #include "temp_dir.hpp"
 
 using namespace divsim;
+using divsim::test::expect_data_error;
 using divsim::test::TempDir;
 namespace fs = std::filesystem;
 
@@ -66,19 +68,6 @@ void truncate_file(const std::string& path, std::ptrdiff_t keep) {
   in.close();
   const auto n = keep >= 0 ? static_cast<std::size_t>(keep) : all.size() - static_cast<std::size_t>(-keep);
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(all.data(), static_cast<std::streamsize>(n));
-}
-
-// Runs f, expects a DataError naming `file` and containing `needle`.
-void expect_data_error(const std::function<void()>& f, const std::string& file, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no DataError (expected one naming " << file << " with '" << needle << "')";
-  } catch (const DataError& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.file(), file) << what;
-    EXPECT_EQ(what.rfind(file + ": ", 0), 0u) << what;
-    EXPECT_NE(what.find(needle), std::string::npos) << what;
-  }
 }
 
 Bytes iota_bytes(std::size_t n, int mul) {

@@ -13,6 +13,7 @@
 
 #include "config/run_config.hpp"
 #include "data/text_data.hpp"
+#include "data_error.hpp"
 #include "temp_dir.hpp"
 
 using namespace divsim;
@@ -46,15 +47,9 @@ std::int64_t checksum(const Dataset& ds, bool of_targets) {
   return sum;
 }
 
-void expect_data_error(const std::function<void()>& f, const std::string& file, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no DataError (expected one naming " << file << " with '" << needle << "')";
-  } catch (const DataError& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.file(), file) << what;
-    EXPECT_EQ(what, file + ": " + needle);
-  }
+// The loader's messages are checked whole: "<file>: <problem>" exactly.
+void expect_data_error(const std::function<void()>& f, const std::string& file, const std::string& problem) {
+  EXPECT_EQ(test::expect_data_error(f, file, problem), problem);
 }
 
 // Runs f, expects std::invalid_argument whose message contains every needle.
