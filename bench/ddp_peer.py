@@ -45,7 +45,8 @@ import torch.nn.functional as F  # noqa: E402
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from validation.common import Config, build_mlp, load_data, parse_config, scheduled_lr  # noqa: E402
+from validation.common import (Config, build_mlp, ddp_target_scale, load_data, parse_config,  # noqa: E402
+                               scheduled_lr, unpadded)
 
 EVAL_BATCH = 1000  # divsim evaluates in batches of 1000 as well
 
@@ -146,8 +147,6 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
     per_epoch = len(sampler) // batch
     base_lr, smoothing, clip = cfg.float("optim.lr"), cfg.float("loss.label_smoothing"), cfg.float("optim.clip_norm")
     losses, norms = [], []
-    # A sequence model's loss is the mean over the global batch's unpadded targets (docs/models.md): each
-    # rank sums its own, scaled by W / the count all-reduced over the ranks, and DDP averages.
     sequences = y_train.dim() == 2
 
     def step_loss(logits, y):
@@ -157,10 +156,8 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
         y = y.reshape(-1)
         total = F.cross_entropy(logits.reshape(len(y), -1), y, ignore_index=-1, reduction="sum",
                                 label_smoothing=smoothing)
-        count = (y != -1).sum()
-        global_count = count.clone()
-        dist.all_reduce(global_count)
-        return total * (world / global_count), total.item() / count.item()
+        count = int((y != -1).sum())
+        return total * ddp_target_scale(count, world), total.item() / count
 
     dist.barrier()
     t0 = time.perf_counter()
@@ -188,9 +185,7 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
     with torch.no_grad():
         for first in range(0, len(x_test), EVAL_BATCH):
             logits = model.module(x_test[first:first + EVAL_BATCH])
-            target = y_test[first:first + EVAL_BATCH].reshape(-1)
-            logits = logits.reshape(len(target), -1)[target != -1]
-            target = target[target != -1]
+            logits, target = unpadded(logits, y_test[first:first + EVAL_BATCH])
             eval_loss += F.cross_entropy(logits, target, reduction="sum").item()
             correct += int((logits.argmax(dim=1) == target).sum())
             counted += len(target)

@@ -239,6 +239,27 @@ def scheduled_lr(cfg, step, total_steps, base_lr):
     raise ValidationError(f"schedule.type={kind} is not known to the replay")
 
 
+def unpadded(logits, targets):
+    """The logits and targets of every counted target, for a loss or accuracy over them: a sequence
+    model's positions of all samples in one axis with the padding (target -1) dropped; a classifier's
+    unchanged."""
+    logits, targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    keep = targets != -1
+    return logits[keep], targets[keep]
+
+
+def ddp_target_scale(local_count, world):
+    """A sequence model's loss is the mean over the step's unpadded targets of all ranks (docs/models.md):
+    under DDP each rank multiplies its summed loss by W / that count, summed here over the ranks, so that
+    DDP's average of the gradients is the gradient of the mean."""
+    import torch
+    import torch.distributed as dist
+
+    total = torch.tensor(int(local_count))
+    dist.all_reduce(total)
+    return world / int(total)
+
+
 def rel_diff(a, b):
     """Elementwise |a - b| / max(|b|, tiny)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)

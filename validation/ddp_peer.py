@@ -54,7 +54,8 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from validation.common import Config, Divsim, ValidationError, load_data, read_run, scheduled_lr
+from validation.common import (Config, Divsim, ValidationError, ddp_target_scale, load_data, read_run, scheduled_lr,
+                               unpadded)
 
 FAULT_STEP = 60  # T, the step one-off faults act at
 
@@ -132,7 +133,6 @@ def _worker(rank, world, jobs, out_dir, init_file):
 def _train(rank, world, cfg, graph, fault, data):
     """One rank's DDP run of one scenario (the network: divsim's recorded `graph`) -> its per-step record."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data.distributed import DistributedSampler
@@ -177,11 +177,7 @@ def _train(rank, world, cfg, graph, fault, data):
         idx_step = order[in_epoch * per_rank:(in_epoch + 1) * per_rank]
         targets = int((y_train[idx_step] != -1).sum())
         if sequences:
-            # A sequence model's loss is the mean over the step's unpadded targets of all ranks: each rank
-            # scales its sum by W / their count so that DDP's average gives it (docs/models.md).
-            step_targets = torch.tensor(targets)
-            dist.all_reduce(step_targets)
-            scale = world / int(step_targets)
+            scale = ddp_target_scale(targets, world)
         loss_sum = 0.0
         for m in range(accum):
             idx = idx_step[m * micro:(m + 1) * micro]
@@ -203,8 +199,7 @@ def _train(rank, world, cfg, graph, fault, data):
             with torch.no_grad():
                 logits = ddp(x_test)
             ddp.train()
-            logits, y = logits.reshape(-1, logits.shape[-1]), y_test.reshape(-1)
-            logits, y = logits[y != -1], y[y != -1]
+            logits, y = unpadded(logits, y_test)
             rec["eval_step"].append(step)
             rec["eval_loss"].append(float(F.cross_entropy(logits, y, reduction="none").double().mean()))
             rec["eval_accuracy"].append(float((logits.argmax(dim=1) == y).double().mean()))

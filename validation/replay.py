@@ -42,7 +42,7 @@ import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from validation.common import Divsim, ValidationError, load_data, read_run, rel_diff, scheduled_lr
+from validation.common import Divsim, ValidationError, load_data, read_run, rel_diff, scheduled_lr, unpadded
 from validation.torch_graph import from_run, styles
 
 RECORD_ARGS = ["--record.init_params=true", "--record.samples=true"]
@@ -263,9 +263,7 @@ def replay(path, steps=None, dtype="float32", row_order=None):
             model.eval()
             with torch.no_grad():
                 logits = torch.cat([model(x_test[i:i + 1000]) for i in range(0, len(x_test), 1000)])
-                logits, y = logits.reshape(-1, logits.shape[-1]), y_test.reshape(-1)
-                keep = y != -1
-                logits, y = logits[keep], y[keep]
+                logits, y = unpadded(logits, y_test)
                 nll = -torch.log_softmax(logits, dim=1).gather(1, y[:, None]).double()
                 out["eval_step"].append(step)
                 out["eval_loss"].append(float(nll.mean()))
