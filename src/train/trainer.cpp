@@ -738,7 +738,7 @@ double Run::normalise_loss() {
   double local = 0.0;
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
     std::int64_t c = 0;
-    for (const std::int64_t s : replicas_[k].step_samples) c += d.targets == 1 ? 1 : d.counted(s);
+    for (const std::int64_t s : replicas_[k].step_samples) c += d.counted(s);
     counted_[k] = static_cast<double>(c);
     local += counted_[k];
   }
