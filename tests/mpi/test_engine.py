@@ -235,9 +235,10 @@ def terminate_after_checkpoint(args, cmd, ckpt):
     import time
     job = subprocess.Popen(cmd, cwd=args.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
+    # Signalled as soon as the first checkpoint exists: a small model runs hundreds of steps a second
+    # in a Release build, so any wait here lets a short job finish before the signal.
     while not os.path.exists(ckpt) and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+        time.sleep(0.005)
 
     def descendants(pid):
         kids = []
@@ -277,7 +278,7 @@ def resume_bitwise(args, model):
     GPT (AdamW) draws dropout masks and normalises its loss by a count summed over the ranks."""
     import subprocess
     base = [args.divsim, *model, "--data.train_size=1024", "--data.test_size=200", "--batch.global=32",
-            "--dist.world_size=4", "--train.steps=30", "--train.eval_every=10", "--record.layers_every=5",
+            "--dist.world_size=4", "--train.steps=100", "--train.eval_every=25", "--record.layers_every=5",
             "--run.checkpoint_every=5"]
     run(args, [*base[1:], "--run.out=whole.h5"])
     cmd = [args.mpiexec, "-n", "2", *base, "--run.out=cut.h5"]
