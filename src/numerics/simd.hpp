@@ -12,7 +12,12 @@
 #define DIVSIM_WIDE_VECTORS
 #endif
 
+#include <algorithm>
 #include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace divsim {
 
@@ -25,6 +30,27 @@ inline void for_lanes(std::int64_t n, Body body) {
   for (; i + Lanes <= n; i += Lanes)
     for (std::int64_t lane = 0; lane < Lanes; ++lane) body(i + lane, lane);
   for (std::int64_t lane = 0; i + lane < n; ++lane) body(i + lane, lane);
+}
+
+// to[0, n) = from[0, n) for short rows (a few to a few dozen floats: image rows, attention heads), inline,
+// where a memmove call per row costs more than the copying. Whole vectors of 16, 8 and 4, then single
+// floats: masked stores, the other way to end a row, are slow on AMD's Zen 4.
+inline void copy_short(const float* __restrict from, std::int64_t n, float* __restrict to) {
+#if defined(__AVX512F__)
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(to + i, _mm512_loadu_ps(from + i));
+  if (i + 8 <= n) {
+    _mm256_storeu_ps(to + i, _mm256_loadu_ps(from + i));
+    i += 8;
+  }
+  if (i + 4 <= n) {
+    _mm_storeu_ps(to + i, _mm_loadu_ps(from + i));
+    i += 4;
+  }
+  for (; i < n; ++i) to[i] = from[i];
+#else
+  std::copy_n(from, n, to);
+#endif
 }
 
 }  // namespace divsim

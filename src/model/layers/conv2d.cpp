@@ -39,6 +39,7 @@
 #endif
 
 #include "model/layer.hpp"
+#include "numerics/simd.hpp"
 
 namespace divsim {
 namespace {
@@ -55,6 +56,7 @@ inline V vload(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline V vset(float x) { return {_mm512_set1_ps(x)}; }
 inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
+inline void vkeep(V& a) { asm("" : "+v"(a.v)); }
 // Register tiles: forward/input products kMR rows x kNV vectors, weight gradient kGR rows x kGN taps.
 constexpr int kMR = 4, kNV = 6, kGR = 4, kGN = 6;
 // Channel-vectorised tiles (kCR positions or taps x 2 vectors of channels, kCR4 x 4), 4 only on AVX-512.
@@ -71,6 +73,7 @@ inline void vstore(float* p, V a) {
   _mm256_storeu_ps(p, a.lo);
   _mm256_storeu_ps(p + 8, a.hi);
 }
+inline void vkeep(V& a) { asm("" : "+x"(a.lo), "+x"(a.hi)); }
 constexpr int kMR = 4, kNV = 1, kGR = 2, kGN = 2;
 constexpr int kCR = 3, kCR4 = 0;
 #else
@@ -93,6 +96,7 @@ inline V vfma(V a, V b, V c) {
   return c;
 }
 inline void vstore(float* p, V a) { std::memcpy(p, a.l, sizeof a.l); }
+inline void vkeep(V&) {}
 constexpr int kMR = 2, kNV = 1, kGR = 2, kGN = 2;
 constexpr int kCR = 2, kCR4 = 0;
 #endif
@@ -171,7 +175,8 @@ void gradient_tile(const float* dy, std::int64_t ldd, std::int64_t dy_step, cons
       V g[MR];
       for (int i = 0; i < MR; ++i) g[i] = vload(d + i * ldd + v * kLanes);
       for (int j = 0; j < NR; ++j) {
-        const V x = vload(b + off[j] + v * kLanes);
+        V x = vload(b + off[j] + v * kLanes);
+        vkeep(x);
         for (int i = 0; i < MR; ++i) a[i][j] = vfma(g[i], x, a[i][j]);
       }
     }
@@ -375,7 +380,7 @@ class Conv2d final : public Layer {
           if (b)
             for (std::int64_t c = 0; c < ow_; ++c) to[c] = from[c] + b[o];
           else
-            std::copy_n(from, ow_, to);
+            copy_short(from, ow_, to);
         }
     }
   }
@@ -401,29 +406,22 @@ class Conv2d final : public Layer {
         const std::int64_t row = s0 + i;
         build_planes(p.round->into(ConstMatView(p.x[0] + row * c_ * h_ * w_, 1, c_ * h_ * w_), rounded_x).data(), planes);
         const float* dy = p.round->into(ConstMatView(p.dy + row * out_ * positions_, 1, out_ * positions_), rounded_dy).data();
-        if (grad_channels_) {  // dy channels-last, (H' W', K)
+        // The bias sums, one chain per channel in position order; the layout copies below vectorise.
+        if (bias_)
           for (std::int64_t o = 0; o < out_; ++o) {
             float sum = sums[o];
-            for (std::int64_t q = 0; q < positions_; ++q) {
-              const float v = dy[o * positions_ + q];
-              dyq[q * out_ + o] = v;
-              sum += v;
-            }
+            for (std::int64_t q = 0; q < positions_; ++q) sum += dy[o * positions_ + q];
             sums[o] = sum;
           }
+        if (grad_channels_) {  // dy channels-last, (H' W', K)
+          for (std::int64_t o = 0; o < out_; ++o)
+            for (std::int64_t q = 0; q < positions_; ++q) dyq[q * out_ + o] = dy[o * positions_ + q];
           continue;
         }
         for (std::int64_t o = 0; o < out_; ++o) {
           float* to = dyq + o * ldq_;
           std::fill_n(to, ldq_, 0.0f);
-          float sum = sums[o];
-          for (std::int64_t r = 0; r < oh_; ++r)
-            for (std::int64_t c = 0; c < ow_; ++c) {
-              const float v = dy[(o * oh_ + r) * ow_ + c];
-              to[r * wq_ + c] = v;
-              sum += v;
-            }
-          sums[o] = sum;
+          for (std::int64_t r = 0; r < oh_; ++r) copy_short(dy + (o * oh_ + r) * ow_, ow_, to + r * wq_);
         }
       }
       if (grad_channels_) {
@@ -493,7 +491,7 @@ class Conv2d final : public Layer {
       // dyp[k][a][b] = dy[k][a - (T - 1)][b - (T - 1)]; the rest stays zero from above.
       for (std::int64_t o = 0; o < out_; ++o)
         for (std::int64_t r = 0; r < oh_; ++r)
-          std::copy_n(dy + (o * oh_ + r) * ow_, ow_, dyp + (o * hd_ + r + taps_ - 1) * wd_ + taps_ - 1);
+          copy_short(dy + (o * oh_ + r) * ow_, ow_, dyp + (o * hd_ + r + taps_ - 1) * wd_ + taps_ - 1);
       float* dx = p.dx[0] + i * c_ * h_ * w_;
       for (const Phase& ph : phases_) {
         const std::int64_t R = static_cast<std::int64_t>(ph.columns.size());
@@ -513,7 +511,7 @@ class Conv2d final : public Layer {
             if (R == 0)
               for (std::int64_t j = ph.j0; j < ph.j1; ++j) dx[line + stride_ * j] = 0.0f;
             else if (stride_ == 1)
-              std::copy_n(product + from + ph.j0, ph.j1 - ph.j0, dx + line + ph.j0);
+              copy_short(product + from + ph.j0, ph.j1 - ph.j0, dx + line + ph.j0);
             else
               for (std::int64_t j = ph.j0; j < ph.j1; ++j) dx[line + stride_ * j] = product[from + j];
           }
@@ -580,7 +578,7 @@ class Conv2d final : public Layer {
             const std::int64_t line = (c * h_ + ih) * w_ + rx - pad_;  // x[line + s j]: column s j + rx - pad
             std::fill_n(row, j0, 0.0f);
             if (s == 1)
-              std::copy_n(x + line + j0, j1 - j0, row + j0);
+              copy_short(x + line + j0, j1 - j0, row + j0);
             else
               for (std::int64_t j = j0; j < j1; ++j) row[j] = x[line + s * j];
             std::fill(row + j1, row + wq_, 0.0f);
