@@ -4,18 +4,18 @@
 //   out[:, h] = softmax(q_h k_h^T / sqrt(HS) + mask) v_h
 // with mask -inf above the diagonal when causal (GPT), none otherwise (ViT). Settings: heads (NH),
 // causal (1/0). No params. Saved: att, the probabilities (B, NH, T, T) (zero above the diagonal when
-// causal), and head_scratch, one (sample, head)'s operands and results (per replica: a replica's blocks
-// run one after another).
+// causal). Workspace: one (sample, head)'s operands and results, and in eval its probabilities.
 // The products of a (sample, head), q k^T and P v forward, P^T dout, dout v^T, dS k and dS^T q backward,
-// go to gemm_* on copies of its q, k, v, dout gathered into head_scratch (the kernels take contiguous row-major operands; the heads are strided slices).
+// go to gemm_* on copies of its q, k, v, dout gathered into the workspace (the kernels take contiguous
+// row-major operands; the heads are strided slices).
 // Their operands are rounded to the replica's matmul format as linear.cpp's are. The rounding scratch
 // areas are named for Linear's operands; here a product may have two activation operands (q k^T, P v),
 // and the second one takes the weight area so that both survive until the product runs.
 // products() stays empty: MatrixProduct describes a product with a weight (y = x w^T, dw += dy^T x),
 // and attention multiplies activations by activations.
 // Softmax in float32 after subtracting the row max, exp from numerics/branchless_math.hpp (vectorised).
-// Evaluation mode has no saved tensors, so it streams: one query row at a time over tiles of keys with
-// a running max and sum (online softmax), in stack buffers, writing out directly.
+// Evaluation mode runs the same products with the probabilities of one (sample, head) at a time in the
+// workspace instead of saving them.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -45,10 +45,10 @@ float lane_max(const float (&lanes)[kLanes]) {
 
 // rows x width floats at src (row stride `stride`) <-> a contiguous rows x width block at dst.
 void gather(const float* src, std::int64_t stride, std::int64_t rows, std::int64_t width, float* dst) {
-  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(src + r * stride, width, dst + r * width);
+  for (std::int64_t r = 0; r < rows; ++r) copy_short(src + r * stride, width, dst + r * width);
 }
 void scatter(const float* src, std::int64_t rows, std::int64_t width, float* dst, std::int64_t stride) {
-  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(src + r * width, width, dst + r * stride);
+  for (std::int64_t r = 0; r < rows; ++r) copy_short(src + r * width, width, dst + r * stride);
 }
 
 class Attention final : public Layer {
@@ -67,36 +67,20 @@ class Attention final : public Layer {
     scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs_)));
     set_output({t_, c_});
     add_saved("att", nh_ * t_ * t_);
-    // q, k, v, dout, then out / dq, dk, dv (T x HS each), then dP / dS (T x T)
-    add_saved("head_scratch", 0, 7 * t_ * hs_ + t_ * t_);
+    // q, k, v, dout, then out / dq, dk, dv (T x HS each), then dP / dS or eval's P (T x T)
+    add_workspace(0, 7 * t_ * hs_ + t_ * t_);
   }
 
   // inp (B, T, 3C) -> out (B, T, C); att (B, NH, T, T)
   void forward(const Pass& p) const override {
-    const Scratch s = scratch(p);
-    for (std::int64_t b = 0; b < p.rows; ++b) {
-      const float* qkv = p.x[0] + b * t_ * 3 * c_;
-      for (std::int64_t h = 0; h < nh_; ++h) {
-        gather(qkv + h * hs_, 3 * c_, t_, hs_, s.q);
-        gather(qkv + c_ + h * hs_, 3 * c_, t_, hs_, s.k);
-        gather(qkv + 2 * c_ + h * hs_, 3 * c_, t_, hs_, s.v);
-        float* att = p.saved[0] + (b * nh_ + h) * t_ * t_;
-        gemm_nt(round(p, OperandRounding::activation, s.q, hs_), round(p, OperandRounding::weight, s.k, hs_),
-                MatView(att, t_, t_));
-        softmax_rows(att);
-        gemm_nn(round(p, OperandRounding::activation, att, t_), round(p, OperandRounding::weight, s.v, hs_),
-                MatView(s.out, t_, hs_));
-        scatter(s.out, t_, hs_, p.y + b * t_ * c_ + h * hs_, c_);
-      }
-    }
+    for (std::int64_t b = 0; b < p.rows; ++b)
+      for (std::int64_t h = 0; h < nh_; ++h) attend(p, b, h, p.saved[0] + (b * nh_ + h) * t_ * t_);
   }
 
   void forward_eval(const Pass& p) const override {
-    for (std::int64_t b = 0; b < p.rows; ++b) {
-      const float* qkv = (*p.round)(OperandRounding::activation, ConstMatView(p.x[0] + b * t_ * 3 * c_, t_, 3 * c_)).data();
-      for (std::int64_t i = 0; i < t_; ++i)
-        for (std::int64_t h = 0; h < nh_; ++h) attend_streaming(p, qkv, i, h, p.y + (b * t_ + i) * c_ + h * hs_);
-    }
+    const Scratch s = scratch(p);
+    for (std::int64_t b = 0; b < p.rows; ++b)
+      for (std::int64_t h = 0; h < nh_; ++h) attend(p, b, h, s.dscores);
   }
 
   // dinp (B, T, 3C) = (dq, dk, dv): dv = P^T dout ; dP = dout v^T ; dS = P * (dP - rowsum(P * dP)) / sqrt(HS) ;
@@ -134,7 +118,7 @@ class Attention final : public Layer {
     float *q, *k, *v, *dout, *out, *dq, *dk, *dv, *dscores;
   };
   Scratch scratch(const Pass& p) const {
-    float* base = p.saved[1];
+    float* base = p.work.data();
     const std::int64_t n = t_ * hs_;
     // out shares dq's place: forward and backward never need both.
     return {base, base + n, base + 2 * n, base + 3 * n, base + 4 * n, base + 4 * n, base + 5 * n, base + 6 * n, base + 7 * n};
@@ -185,42 +169,17 @@ class Attention final : public Layer {
     }
   }
 
-  // out (HS) of query i, head h, from the rounded qkv (T, 3C) of one sample: keys in tiles of kTile
-  // whose exponentials are taken against the running max, earlier tiles' sum and out rescaled when
-  // the max grows.
-  void attend_streaming(const Pass& p, const float* qkv, std::int64_t i, std::int64_t h, float* out) const {
-    constexpr std::int64_t kTile = 128;
-    float weights[kTile];
-    const float* q = qkv + i * 3 * c_ + h * hs_;
-    std::fill_n(out, hs_, 0.0f);
-    float running_max = -std::numeric_limits<float>::infinity(), total = 0.0f;
-    for (std::int64_t j0 = 0; j0 < keys(i); j0 += kTile) {
-      const std::int64_t n = std::min(kTile, keys(i) - j0);
-      float tile_max = -std::numeric_limits<float>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float* k = qkv + (j0 + j) * 3 * c_ + c_ + h * hs_;
-        float dot = 0.0f;
-        for (std::int64_t d = 0; d < hs_; ++d) dot += q[d] * k[d];
-        weights[j] = dot * scale_;
-        tile_max = std::max(tile_max, weights[j]);
-      }
-      const float new_max = std::max(running_max, tile_max);
-      const float rescale = exp_branchless(running_max - new_max);  // (nearly) 0 on the first tile, where total and out are 0
-      total *= rescale;
-      for (std::int64_t d = 0; d < hs_; ++d) out[d] *= rescale;
-      for (std::int64_t j = 0; j < n; ++j) {
-        weights[j] = exp_branchless(weights[j] - new_max);
-        total += weights[j];
-      }
-      const float* rounded = (*p.round)(OperandRounding::weight, ConstMatView(weights, 1, n)).data();
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float* v = qkv + (j0 + j) * 3 * c_ + 2 * c_ + h * hs_;
-        for (std::int64_t d = 0; d < hs_; ++d) out[d] += rounded[j] * v[d];
-      }
-      running_max = new_max;
-    }
-    const float inv_total = 1.0f / total;
-    for (std::int64_t d = 0; d < hs_; ++d) out[d] *= inv_total;
+  // out[b, :, h] = softmax(q_h k_h^T / sqrt(HS) + mask) v_h for sample b, the probabilities into att (T, T).
+  void attend(const Pass& p, std::int64_t b, std::int64_t h, float* att) const {
+    const Scratch s = scratch(p);
+    const float* qkv = p.x[0] + b * t_ * 3 * c_;
+    gather(qkv + h * hs_, 3 * c_, t_, hs_, s.q);
+    gather(qkv + c_ + h * hs_, 3 * c_, t_, hs_, s.k);
+    gather(qkv + 2 * c_ + h * hs_, 3 * c_, t_, hs_, s.v);
+    gemm_nt(round(p, OperandRounding::activation, s.q, hs_), round(p, OperandRounding::weight, s.k, hs_), MatView(att, t_, t_));
+    softmax_rows(att);
+    gemm_nn(round(p, OperandRounding::activation, att, t_), round(p, OperandRounding::weight, s.v, hs_), MatView(s.out, t_, hs_));
+    scatter(s.out, t_, hs_, p.y + b * t_ * c_ + h * hs_, c_);
   }
 
   std::int64_t t_ = 0, c_ = 0, nh_ = 1, hs_ = 0;
