@@ -5,9 +5,9 @@ backend on CPU, torch.set_num_threads(1) (and OpenBLAS/OpenMP limited to one thr
 DistributedSampler shards of tensors held in memory, DistributedDataParallel with divsim's
 bucket_cap_mb and broadcast_buffers. Every rank appends its loss and the norm of the gradient it applies
 to lists and writes them at the end (the per-step trajectory; optionally one HDF5 file with divsim's
-/train/loss and /train/grad_norm names). Only the step loop (and the final evaluation, which divsim's
-step loop includes too) is timed, from a barrier after set-up: process start, imports and data loading
-are excluded, as divsim's summary line excludes its own.
+/train/loss and /train/grad_norm names). Only the step loop is timed, from a barrier after set-up to the
+end of the last step: process start, imports, data loading and the final evaluation are excluded, as
+divsim's summary line excludes its own.
 
 The job is given as a divsim configuration (validation.common.Config: from a run's `config` attribute or
 from `divsim --print-config`), so both sides are built from one definition. Deliberately not supported
@@ -180,6 +180,7 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
         opt.step()
         losses.append(rank_loss)
         norms.append(norm.item())
+    seconds = time.perf_counter() - t0
     model.eval()
     eval_loss, correct, counted = 0.0, 0, 0
     with torch.no_grad():
@@ -189,7 +190,6 @@ def _rank(rank, world, cfg, steps, tensors, port, outdir, graph=None):
             eval_loss += F.cross_entropy(logits, target, reduction="sum").item()
             correct += int((logits.argmax(dim=1) == target).sum())
             counted += len(target)
-    seconds = time.perf_counter() - t0
 
     np.savez(os.path.join(outdir, f"rank{rank}.npz"), loss=np.array(losses), grad_norm=np.array(norms), seconds=seconds,
              eval_loss=eval_loss / counted, eval_accuracy=correct / counted)

@@ -12,9 +12,9 @@ runs its W logical ranks on min(W, --procs) MPI processes (default: the machine'
 are virtual ranks inside them, as a user runs W > cores) with its default recording (the whole per-step
 trajectory and layer statistics every 10 steps, to HDF5); the DDP peer needs one process per rank and
 runs W spawned processes, one thread each, appending every rank's loss and gradient norm per step.
-Both sides time the step loop and the final evaluation only (divsim: the steps/s of its summary line;
-the peer: rank 0 from a barrier after set-up), so process start-up, imports and data loading are
-excluded on both. Every point is run --repeats times, interleaved; the fastest run counts. The mean
+Both sides time the step loop only (divsim: the steps/s of its summary line; the peer: rank 0 from a
+barrier after set-up to the end of its last step), so process start-up, imports, data loading and the
+final evaluation are excluded on both. Every point is run --repeats times, interleaved; the fastest run counts. The mean
 loss over the last tenth of the steps shows that both sides trained the same job (they draw different
 initial parameters and dropout masks, so it agrees only approximately). The matmul rate of torch's BLAS is printed to show which BLAS the peer runs on
 (Debian's reference BLAS: a few GFLOP/s; OpenBLAS: about a hundred).
