@@ -162,6 +162,11 @@ std::string Model::to_json(const std::string& type) const {
     }
     out += "}, \"buffers\": [";
     for (std::size_t i = 0; i < layer.buffers().size(); ++i) out += (i ? ", " : "") + json_string(layer.buffers()[i].name);
+    out += "], \"products\": [";
+    for (std::size_t i = 0; i < layer.products().size(); ++i) {
+      const MatrixProduct& m = layer.products()[i];
+      out += (i ? ", [" : "[") + std::to_string(m.rows_per_sample) + ", " + std::to_string(m.in) + ", " + std::to_string(m.out) + "]";
+    }
     out += "]}";
   }
   return out + "\n]}";
