@@ -29,6 +29,25 @@ void normalize_row(const float* __restrict x, const float* __restrict mean, cons
   }
 }
 
+// The 1d layers' rows, vectorised over channels (restrict: through pointers that may alias, GCC does not).
+void add_row(const float* __restrict x, double* __restrict sums, std::size_t n) {
+  for (std::size_t c = 0; c < n; ++c) sums[c] += x[c];
+}
+
+void gradient_sums_row(const float* __restrict dy, const float* __restrict xhat, double* __restrict sum_dy,
+                       double* __restrict sum_dy_xhat, std::size_t n) {
+  for (std::size_t c = 0; c < n; ++c) {
+    sum_dy[c] += dy[c];
+    sum_dy_xhat[c] += static_cast<double>(dy[c]) * xhat[c];
+  }
+}
+
+void input_grad_row(const float* __restrict dy, const float* __restrict xhat, const float* __restrict scale,
+                    const float* __restrict mean_dy, const float* __restrict mean_dy_xhat, float* __restrict dx,
+                    std::size_t n) {
+  for (std::size_t c = 0; c < n; ++c) dx[c] = scale[c] * (dy[c] - mean_dy[c] - xhat[c] * mean_dy_xhat[c]);
+}
+
 // sums[c] += (x[c] - mean[c])^2 over one row of a 1d layer.
 void squared_deviations_row(const float* __restrict x, const double* __restrict mean, double* __restrict sums,
                             std::size_t n) {
@@ -129,7 +148,10 @@ class BatchNorm : public Layer, public StatisticsPhases {
     if (phase == 0) {
       for (std::int64_t i = 0; i < p.rows; ++i) {
         const float* x = p.x[0] + sz(i) * C * S;
-        for (std::size_t c = 0; c < C; ++c) sums[c] += S == 1 ? static_cast<double>(x[c]) : sum_of(x + c * S, S);
+        if (S == 1)
+          add_row(x, sums, C);
+        else
+          for (std::size_t c = 0; c < C; ++c) sums[c] += sum_of(x + c * S, S);
       }
       return;
     }
@@ -204,10 +226,7 @@ class BatchNorm : public Layer, public StatisticsPhases {
       const float* dy = p.dy + sz(i) * C * S;
       const float* xhat = p.saved[0] + sz(i) * C * S;
       if (S == 1) {
-        for (std::size_t c = 0; c < C; ++c) {
-          sums[c] += dy[c];
-          sums[C + c] += static_cast<double>(dy[c]) * xhat[c];
-        }
+        gradient_sums_row(dy, xhat, sums, sums + C, C);
         continue;
       }
       for (std::size_t c = 0; c < C; ++c) {
@@ -244,11 +263,17 @@ class BatchNorm : public Layer, public StatisticsPhases {
         mean_dy_xhat[j] = static_cast<float>(totals[C + c0 + j] / count);
         scale[j] = gamma[c0 + j] * invstd[c0 + j];
       }
-      for (std::int64_t i = 0; i < p.rows; ++i)
+      for (std::int64_t i = 0; i < p.rows; ++i) {
+        const std::size_t row = sz(i) * C * S + c0 * S;
+        if (S == 1) {
+          input_grad_row(p.dy + row, xhat + row, scale, mean_dy, mean_dy_xhat, p.dx[0] + row, width);
+          continue;
+        }
         for (std::size_t j = 0; j < width; ++j) {
-          const std::size_t o = (sz(i) * C + c0 + j) * S;
+          const std::size_t o = row + j * S;
           input_grad_plane(p.dy + o, xhat + o, scale[j], mean_dy[j], mean_dy_xhat[j], p.dx[0] + o, S);
         }
+      }
     }
   }
 
