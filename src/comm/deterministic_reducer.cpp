@@ -68,6 +68,9 @@ DIVSIM_WIDE_VECTORS void from_fixed(const std::int64_t* acc, std::size_t n, doub
 
 class DeterministicReducer final : public Reducer {
  public:
+  Normalisation normalisation(double rank_scale, double targets, int) const override {
+    return exact_sum_normalisation(rank_scale, targets);
+  }
   DeterministicReducer(MPI_Comm comm, const ReduceLayout& layout)
       : comm_(comm), layout_(layout), fixed_(layout.num_params), max_(layout.tensors.size()) {
     MPI_Comm_size(comm, &processes_);

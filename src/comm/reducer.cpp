@@ -9,6 +9,8 @@ std::unique_ptr<Reducer> make_deterministic_reducer(MPI_Comm comm, const ReduceL
 std::unique_ptr<Reducer> make_ring_reducer(MPI_Comm comm, const ReduceLayout& layout);
 std::unique_ptr<Reducer> make_tree_reducer(MPI_Comm comm, const ReduceLayout& layout);
 
+Normalisation exact_sum_normalisation(double rank_scale, double targets) { return {1.0f, targets, rank_scale}; }
+
 std::unique_ptr<Reducer> make_reducer(ReduceMode mode, MPI_Comm comm, const ReduceLayout& layout) {
   switch (mode) {
     case ReduceMode::mpi: return make_mpi_reducer(comm, layout);

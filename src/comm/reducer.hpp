@@ -41,9 +41,24 @@ struct ReduceLayout {
   bool share_node_memory = true;
 };
 
+// How a step's loss normalisation (the mean over its `targets`: rank_scale = W / targets) splits between
+// the backward pass and the reduction, which is the reduction mode's business: DDP scales each rank's
+// loss by rank_scale before backward and divides the summed gradients by W; a mode that sums unscaled
+// partials exactly divides by the targets at the end (exact_sum_normalisation).
+struct Normalisation {
+  float backward_scale = 1.0f;  // the engine's factor on the loss gradient
+  double divisor = 1.0;         // what allreduce_gradients divides the sum by
+  double own_scale = 1.0;       // from a rank's (loss-unscaled) gradient buffer to its own mean gradient
+};
+Normalisation exact_sum_normalisation(double rank_scale, double targets);
+
 class Reducer {
  public:
   virtual ~Reducer() = default;
+  virtual Normalisation normalisation(double rank_scale, double targets, int world_size) const {
+    (void)targets;
+    return {static_cast<float>(rank_scale), static_cast<double>(world_size), 1.0};
+  }
   // grads[k]: local logical rank k's gradient area, `parts` partials of num_params floats each.
   // Afterwards the first num_params floats of every grads[k] hold (sum over all ranks and parts) / divisor.
   virtual void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) = 0;

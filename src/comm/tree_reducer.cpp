@@ -35,6 +35,9 @@ constexpr int kTreeTag = 32752;  // below the MPI minimum MPI_TAG_UB (32767), cl
 
 class TreeReducer final : public Reducer {
  public:
+  Normalisation normalisation(double rank_scale, double targets, int) const override {
+    return exact_sum_normalisation(rank_scale, targets);
+  }
   TreeReducer(MPI_Comm comm, const ReduceLayout& layout)
       : comm_(comm), layout_(layout) {
     MPI_Comm_rank(comm, &process_);

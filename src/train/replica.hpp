@@ -35,8 +35,18 @@ struct RankKnobs {
   bool own_ring = false;               // true when the two fields above apply
 };
 
+// Where a rank's gradient is in a step (Run::train runs the stages in this order): the engine's
+// partials, scaled by the loss scale -> the rank's own (the reducer has combined its local parts; faults
+// corrupt it here) -> reduced (summed over the ranks and divided) -> unscaled (loss scale removed) ->
+// clipped -> applied by the optimizer (or the update skipped).
+enum class GradStage { computed, local, reduced, unscaled, clipped, applied };
+const char* to_string(GradStage s);
+
 // A rank's gradient area (grad_parts x num_params floats): memory of its own, or memory the reducer lends
-// (the tree reducer's node-shared window, which the node's other processes read in place).
+// (the tree reducer's node-shared window, which the node's other processes read in place). It carries
+// its stage in the step, the loss scale its values carry and the divisor the reduction applied, so that
+// a stage run out of order (a second division, an update before the unscaling) is an error, not a
+// silently wrong step.
 class GradientBuffer {
  public:
   GradientBuffer() = default;
@@ -70,10 +80,34 @@ class GradientBuffer {
   // std::span<float> and std::span<const float> take it implicitly as a contiguous range (data, size,
   // begin, end); conversion operators as well would give the compiler two routes to choose between.
 
+  // A new step: the engine writes values scaled by `loss_scale`.
+  void begin_step(double loss_scale) {
+    stage_ = GradStage::computed;
+    loss_scale_ = loss_scale;
+    divisor_ = 0.0;
+  }
+  // Stage `from` -> `to`; std::logic_error naming `stage` when the gradient is not at `from`.
+  void advance(GradStage from, GradStage to, const char* stage);
+  void reduced(double divisor) {
+    advance(GradStage::local, GradStage::reduced, "reduce");
+    divisor_ = divisor;
+  }
+  // Unscaled, or (AMP overflow) left scaled with the update to be skipped: applied() refuses it then.
+  void unscaled(bool skipped) {
+    advance(GradStage::reduced, GradStage::unscaled, "unscale");
+    if (!skipped) loss_scale_ = 1.0;
+  }
+  void applied();  // clipped -> applied, refused while the values still carry a loss scale
+  GradStage stage() const { return stage_; }
+  double loss_scale() const { return loss_scale_; }  // the factor the values carry
+  double divisor() const { return divisor_; }        // what the reduction divided by (0 before it)
+
  private:
   std::vector<float> own_;
   std::span<float> view_;  // own_, or the lent memory
   bool lent_ = false;
+  GradStage stage_ = GradStage::applied;
+  double loss_scale_ = 1.0, divisor_ = 0.0;
 };
 
 struct Replica {

@@ -26,6 +26,7 @@
 #include "model/model.hpp"
 #include "numerics/simd.hpp"
 #include "optim/clip.hpp"
+#include "optim/grad_scaler.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "record/environment.hpp"
@@ -321,12 +322,20 @@ class Run {
   void plan_samples(std::int64_t step, std::int64_t epoch, std::int64_t in_epoch);
   void micro_samples(int micro);
   double normalise_loss();
+  // The stages of one step, in the order train() runs them.
+  void begin_step(std::int64_t step);
+  void compute_gradients(std::int64_t step);
+  void local_gradients(std::int64_t step);
   void reduce();
-  bool apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow);
+  void update_parameters(std::int64_t step);
+  void record_step(TrajectoryWriter& writer, std::int64_t step);
+  void evaluate(TrajectoryWriter& writer, std::int64_t step);
+  bool stop_or_checkpoint(TrajectoryWriter& writer, std::int64_t step);  // true: stop after this step
+
   void checkpoint(TrajectoryWriter& writer, std::int64_t step);
   void replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const;
   std::string resume_source() const { return cfg_.output_path() + ".resume-src"; }
-  bool handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm);
+  bool handle_nonfinite(std::int64_t step);
   void broadcast_buffers();
   std::uint64_t replica_bytes() const;  // a lower bound on one replica's memory
 
@@ -338,9 +347,9 @@ class Run {
   DataSplits data_;
   Model model_;
   bool deterministic_ = false;
-  // The step's loss normalisation (normalise_loss): the gradient allreduce divides by divisor_, and a
-  // rank's own gradient is its gradient sum times rank_scale_.
-  double divisor_ = 1.0, rank_scale_ = 1.0;
+  // The step's loss normalisation (normalise_loss) and how the reduction mode splits it.
+  double rank_scale_ = 1.0;
+  Normalisation norm_;
   std::vector<double> counted_;  // per replica: the targets its samples of the step count
   double lr_factor_ = 1.0;  // batch.lr_scaling
   std::unique_ptr<Sampler> sampler_;
@@ -374,6 +383,24 @@ class Run {
   // positions a rank owns at every world size; this reorders a micro-batch so each chunk is contiguous.
   std::vector<std::size_t> chunk_order_;
   std::vector<double> part_sums_;  // a block of a rank's gradient summed over its chunk partials
+
+  // What the stages of a step hand each other and record, per local replica (sized once in train()).
+  struct StepResults {
+    std::int64_t epoch = 0, in_epoch = 0;
+    bool record_layers = false;  // layer statistics this step
+    double targets = 0.0;        // targets of the global batch (normalise_loss)
+    double global_loss = 0.0;
+    std::vector<double> loss, grad_norm_local, grad_norm, param_norm, lr, loss_scale, loss_parts;
+    std::vector<std::uint64_t> param_hash;
+    std::vector<std::int64_t> samples;
+    std::vector<char> local_overflow;  // AMP with a local overflow check: this rank's own gradient overflowed
+    LayerStatsBuffer stats;
+    std::vector<double> eval_loss, eval_acc;
+  };
+  StepResults now_;
+  GradScaler scaler_;
+  double eval_seconds_ = 0.0;  // evaluations are not counted in steps/s
+  std::int64_t first_step_ = 0;  // of this start (a resumed run's first step sets the sampler's epoch)
 };
 
 Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int processes_on_node)
@@ -383,7 +410,8 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       plan_(plan_batches(config, proc_.world_size)),
       memory_(memory_budget(processes_on_node)),
       data_(load_data_within(config, memory_)),
-      model_(config.model, sample_shape(data_.train), data_.train.classes) {
+      model_(config.model, sample_shape(data_.train), data_.train.classes),
+      scaler_(config.precision.loss_scale_growth_interval) {
   require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.type",
                std::to_string(proc_.rank_count) + " replica(s) of the " + cfg_.model.type + " model's " +
                    std::to_string(model_.num_params()) +
@@ -664,7 +692,7 @@ DIVSIM_WIDE_VECTORS double scaled_sum_of_squares(const double* v, std::size_t n,
 void Run::local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer) {
   const std::size_t L = model_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(reduce_parts_);
-  const double scale = deterministic_ ? rank_scale_ : 1.0;
+  const double scale = norm_.own_scale;
   std::fill(per_layer.begin(), per_layer.end(), 0.0);
   part_sums_.resize(kPartBlock);
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
@@ -694,9 +722,9 @@ void Run::own_gradient(Replica& r) {
   const std::size_t np = model_.num_params();
   r.own_grad.resize(np);
   std::copy_n(r.grads.begin(), np, r.own_grad.begin());
-  if (!deterministic_) return;
   const auto parts = static_cast<std::size_t>(reduce_parts_);
-  const double scale = rank_scale_;
+  const double scale = norm_.own_scale;
+  if (parts == 1 && scale == 1.0) return;
   part_sums_.resize(kPartBlock);
   for (std::size_t lo = 0; lo < np; lo += kPartBlock) {
     const std::size_t n = std::min(kPartBlock, np - lo);
@@ -748,7 +776,7 @@ double Run::normalise_loss() {
     allreduce_in_place(&targets, 1, MPI_DOUBLE, MPI_SUM, comm_);
   }
   rank_scale_ = static_cast<double>(proc_.world_size) / targets;
-  divisor_ = deterministic_ ? targets : static_cast<double>(proc_.world_size);
+  norm_ = reducer_->normalisation(rank_scale_, targets, proc_.world_size);
   return targets;
 }
 
@@ -781,7 +809,7 @@ void Run::reduce() {
     }
   }
   const double participants = static_cast<double>(proc_.world_size - skipped);
-  const double divisor = divisor_ * participants / static_cast<double>(proc_.world_size);
+  const double divisor = norm_.divisor * participants / static_cast<double>(proc_.world_size);
   if (!orders_.empty()) {
     ring_copies_.resize(replicas_.size());
     for (std::size_t k = 0; k < replicas_.size(); ++k)
@@ -804,6 +832,7 @@ void Run::reduce() {
     }
   }
   for (Replica& r : replicas_) {
+    r.grads.reduced(divisor);
     if (r.knobs.participates) {
       if (!r.last_grad.empty()) std::copy_n(r.grads.begin(), np, r.last_grad.begin());
       continue;
@@ -813,35 +842,12 @@ void Run::reduce() {
   }
 }
 
-// torch.cuda.amp.GradScaler's rules on the gradient about to be applied: an element beyond fp16's range
-// (65504) or non-finite is an overflow: skip the step and halve the scale; otherwise unscale, and
-// double the scale after loss_scale_growth_interval good steps. Returns true when the step is skipped.
-bool Run::apply_loss_scaling(Replica& r, std::int64_t step, bool local_overflow) {
-  if (cfg_.precision.amp != AmpMode::fp16) return false;
-  const std::size_t np = model_.num_params();
-  bool overflow = local_overflow;
-  if (!r.knobs.local_overflow_check)
-    overflow = std::any_of(r.grads.begin(), r.grads.begin() + static_cast<std::ptrdiff_t>(np),
-                           [](float g) { return !(std::fabs(g) <= 65504.0f); });
-  if (overflow) {
-    log_(step, r.rank, "overflow_skip", "loss scale " + std::to_string(r.loss_scale) + " -> " + std::to_string(r.loss_scale * 0.5));
-    r.loss_scale *= 0.5;
-    r.good_steps = 0;
-    return true;
-  }
-  const auto inv = static_cast<float>(1.0 / r.loss_scale);
-  for (std::size_t i = 0; i < np; ++i) r.grads[i] *= inv;
-  if (++r.good_steps == cfg_.precision.loss_scale_growth_interval) {
-    r.loss_scale *= 2.0;
-    r.good_steps = 0;
-  }
-  return false;
-}
-
 // train.on_nonfinite: a NaN/Inf loss or local gradient on any rank. The decision to skip or stop is
 // agreed by all ranks (one allreduce), so they skip or stop together; events name the ranks affected.
 // Returns true when this step's update is to be skipped.
-bool Run::handle_nonfinite(std::int64_t step, const std::vector<double>& loss, const std::vector<double>& grad_norm) {
+bool Run::handle_nonfinite(std::int64_t step) {
+  const std::vector<double>& loss = now_.loss;
+  const std::vector<double>& grad_norm = now_.grad_norm_local;
   int any = 0;
   nonfinite_seen_.resize(replicas_.size());
   for (std::size_t k = 0; k < replicas_.size(); ++k) {
@@ -876,6 +882,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
 
   // Rank 0's initial parameters reach every rank whose init was not cut off by a fault.
   const std::int64_t first_step = resume_ ? resume_->next_step : 0;
+  first_step_ = first_step;
   layer_rows_ = resume_ ? resume_->layer_rows : 0;
   eval_rows_ = resume_ ? resume_->eval_rows : 0;
   if (cfg_.dist.broadcast_init && !resume_) {
@@ -891,133 +898,38 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
   if (faults_->needs_last_gradient())
     for (Replica& r : replicas_) r.last_grad.assign(np, 0.0f);
-
-  std::vector<double> loss(R), gnorm_local(R), gnorm(R), pnorm(R), lr(R), scale(R);
-  std::vector<std::uint64_t> phash(R);
-  std::vector<std::int64_t> samples(R * static_cast<std::size_t>(plan_.per_rank_step()));
-  std::vector<double> loss_parts(R * parts);
-  std::vector<char> local_overflow(R);
-  LayerStatsBuffer stats{std::vector<double>(R * L * kStatCount), std::vector<double>(R * L * kStatCount),
-                         std::vector<double>(R * L)};
-  std::vector<double> eval_loss(R), eval_acc(R);
+  for (std::vector<double>* v : {&now_.loss, &now_.grad_norm_local, &now_.grad_norm, &now_.param_norm, &now_.lr,
+                                 &now_.loss_scale, &now_.eval_loss, &now_.eval_acc})
+    v->assign(R, 0.0);
+  now_.param_hash.assign(R, 0);
+  now_.samples.assign(R * static_cast<std::size_t>(plan_.per_rank_step()), 0);
+  now_.loss_parts.assign(R * parts, 0.0);
+  now_.local_overflow.assign(R, 0);
+  now_.stats = LayerStatsBuffer{std::vector<double>(R * L * kStatCount), std::vector<double>(R * L * kStatCount),
+                                std::vector<double>(R * L)};
 
   std::int64_t stopped_at = -1;
-  double eval_seconds = 0.0;
   Progress progress(proc_.process == 0 && !cfg_.quiet, total_steps_, first_step);
   const auto t0 = Clock::now();
   for (std::int64_t step = first_step; step < total_steps_; ++step) {
     watchdog.progress(step);
-    const std::int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
-    if (step == first_step || in_epoch == 0) sampler_->set_epoch(epoch);
-    const bool record_layers = cfg_.record.layers_every > 0 && step % cfg_.record.layers_every == 0;
-
-    for (Replica& r : replicas_) {
-      reset_knobs(r, step);
-      faults_->adjust(step, r, log_);
-      std::fill(r.loss_parts.begin(), r.loss_parts.end(), 0.0);
-      r.loss_sum = 0.0;
-      r.correct = 0;
-    }
-    plan_samples(step, epoch, in_epoch);
-    const double targets = normalise_loss();
-    const float grad_scale = deterministic_ ? 1.0f : static_cast<float>(rank_scale_);
-    for (int micro = 0; micro < plan_.accum_steps; ++micro) {
-      micro_samples(micro);
-      engine_->run_micro(replicas_, step, micro, grad_scale, record_layers && micro == 0 ? &stats : nullptr);
-    }
-
-    if (record_layers)  // gradients w.r.t. outputs as PyTorch sees them: per-rank mean loss, unscaled
-      for (std::size_t k = 0; k < R; ++k) {
-        const double unscale = (deterministic_ ? rank_scale_ : 1.0) / replicas_[k].loss_scale;
-        for (std::size_t i = k * L * kStatCount; i < (k + 1) * L * kStatCount; ++i) stats.backward[i] *= unscale;
-      }
-    // A corrupted gradient is the rank's own, as the allreduce receives it (a fixed-point sum's first part).
-    reduce_parts_ = reducer_->combine_local_parts(grad_spans_, static_cast<int>(parts));
-    for (Replica& r : replicas_) faults_->corrupt_gradients(step, r, np, log_);
-    local_gradient_norms(gnorm_local, stats.grad_norm);
-    for (std::size_t k = 0; k < R; ++k) {
-      Replica& r = replicas_[k];
-      loss[k] = r.loss_sum / counted_[k];
-      std::copy(r.loss_parts.begin(), r.loss_parts.end(), loss_parts.begin() + static_cast<std::ptrdiff_t>(k * parts));
-      if (!r.knobs.participates || r.knobs.extra_updates > 0 || r.knobs.local_overflow_check) own_gradient(r);
-      local_overflow[k] = r.knobs.local_overflow_check &&
-                          std::any_of(r.own_grad.begin(), r.own_grad.end(), [](float g) { return !(std::fabs(g) <= 65504.0f); });
-    }
-    double global_loss = 0.0;
-    reducer_->sum_statistics(loss_parts, static_cast<int>(parts), std::span<double>(&global_loss, 1));
-    global_loss /= targets;
-
+    begin_step(step);
+    compute_gradients(step);
+    local_gradients(step);
     reduce();
-    const bool skip_nonfinite = handle_nonfinite(step, loss, gnorm_local);
-
-    for (std::size_t k = 0; k < R; ++k) {
-      Replica& r = replicas_[k];
-      scale[k] = r.loss_scale;
-      const std::span<float> g(r.grads.data(), np);
-      const bool skip = apply_loss_scaling(r, step, local_overflow[k] != 0);
-      // The norm before clipping is the applied one unless clipping scaled the gradient.
-      const double before = clip_grad_norm(g, r.knobs.clip_norm);
-      gnorm[k] = r.knobs.clip_norm > 0.0 && before + 1e-6 > r.knobs.clip_norm ? l2_norm(g) : before;
-      lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr * lr_factor_, r.knobs.schedule_step, total_steps_);
-      if (skip || skip_nonfinite || r.knobs.extra_updates < 0) continue;
-      r.optimizer->step(r.params, g, lr[k]);
-      if (r.knobs.extra_updates > 0) {
-        for (float& v : r.own_grad) v = static_cast<float>(v / r.loss_scale);
-        r.optimizer->step(r.params, r.own_grad, lr[k]);
-      }
-    }
-    if (cfg_.dist.broadcast_buffers && model_.num_buffers() > 0) broadcast_buffers();
-
-    for (std::size_t k = 0; k < R; ++k) {
-      pnorm[k] = l2_norm(replicas_[k].params);
-      phash[k] = hash_bits(replicas_[k].params);
-      std::copy(replicas_[k].step_samples.begin(), replicas_[k].step_samples.end(),
-                samples.begin() + static_cast<std::ptrdiff_t>(k * replicas_[k].step_samples.size()));
-    }
-    writer.append_train(TrainRow{step, global_loss, loss, gnorm_local, gnorm, pnorm, lr, scale, phash, samples});
-    if (record_layers) {
-      writer.append_layers(step, stats.forward, stats.backward, stats.grad_norm);
-      ++layer_rows_;
-    }
-
-    const bool last = step + 1 == total_steps_;
-    if (last || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0)) {
-      const auto eval_start = Clock::now();
-      for (std::size_t k = 0; k < R; ++k) {
-        const auto e = engine_->evaluate(replicas_[k], data_.test);
-        eval_loss[k] = e.loss;
-        eval_acc[k] = e.accuracy;
-      }
-      writer.append_eval(step, eval_loss, eval_acc);
-      ++eval_rows_;
-      eval_seconds += std::chrono::duration<double>(Clock::now() - eval_start).count();
-    }
-    progress.update(step + 1, global_loss);
-    // A termination request is agreed by all processes so they stop after the same step.
-    int terminate = termination_requested() ? 1 : 0;
-    allreduce_in_place(&terminate, 1, MPI_INT, MPI_MAX, comm_);
-    if (terminate && step + 1 < total_steps_) {
-      checkpoint(writer, step);
-      throw Preempted("terminated after step " + std::to_string(step) + "; checkpoint written to " +
-                      checkpoint_root(cfg_.output_path()) + ", run again with run.resume=auto to continue");
-    }
-    if (cfg_.run.checkpoint_every > 0 && (step + 1) % cfg_.run.checkpoint_every == 0 && step + 1 < total_steps_)
-      checkpoint(writer, step);
-    if (stop_requested_) {
+    update_parameters(step);
+    record_step(writer, step);
+    if (step + 1 == total_steps_ || (cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0))
+      evaluate(writer, step);
+    progress.update(step + 1, now_.global_loss);
+    if (stop_or_checkpoint(writer, step)) {
       stopped_at = step;
       break;
     }
   }
-  // Steps per second measure the training steps: evaluations are not counted.
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - eval_seconds;
-  if (stopped_at >= 0 && (cfg_.train.eval_every == 0 || (stopped_at + 1) % cfg_.train.eval_every != 0)) {
-    for (std::size_t k = 0; k < R; ++k) {
-      const auto e = engine_->evaluate(replicas_[k], data_.test);
-      eval_loss[k] = e.loss;
-      eval_acc[k] = e.accuracy;
-    }
-    writer.append_eval(stopped_at, eval_loss, eval_acc);
-  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() - eval_seconds_;
+  if (stopped_at >= 0 && (cfg_.train.eval_every == 0 || (stopped_at + 1) % cfg_.train.eval_every != 0))
+    evaluate(writer, stopped_at);
   watchdog.progress(total_steps_);  // the final flush and rename
   writer.finish();
   if (proc_.process == 0) {
@@ -1034,6 +946,8 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
   s.world_size = proc_.world_size;
   s.seconds = seconds;
   s.output = cfg_.output_path();
+  const std::vector<double>& eval_loss = now_.eval_loss;
+  const std::vector<double>& eval_acc = now_.eval_acc;
   double lo[2] = {*std::min_element(eval_loss.begin(), eval_loss.end()), *std::min_element(eval_acc.begin(), eval_acc.end())};
   double hi[2] = {*std::max_element(eval_loss.begin(), eval_loss.end()), *std::max_element(eval_acc.begin(), eval_acc.end())};
   MPI_Allreduce(MPI_IN_PLACE, lo, 2, MPI_DOUBLE, MPI_MIN, comm_);
@@ -1043,6 +957,139 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
   s.eval_loss_max = hi[0];
   s.eval_acc_max = hi[1];
   return s;
+}
+
+// The step's epoch and recording; each rank's knobs from the configuration, then the faults'.
+void Run::begin_step(std::int64_t step) {
+  now_.epoch = step / steps_per_epoch_;
+  now_.in_epoch = step % steps_per_epoch_;
+  if (step == first_step_ || now_.in_epoch == 0) sampler_->set_epoch(now_.epoch);
+  now_.record_layers = cfg_.record.layers_every > 0 && step % cfg_.record.layers_every == 0;
+  for (Replica& r : replicas_) {
+    reset_knobs(r, step);
+    faults_->adjust(step, r, log_);
+    std::fill(r.loss_parts.begin(), r.loss_parts.end(), 0.0);
+    r.loss_sum = 0.0;
+    r.correct = 0;
+    r.grads.begin_step(r.loss_scale);
+  }
+}
+
+// Samples, the loss normalisation, and forward and backward of every micro-step into the gradients.
+void Run::compute_gradients(std::int64_t step) {
+  plan_samples(step, now_.epoch, now_.in_epoch);
+  now_.targets = normalise_loss();
+  for (int micro = 0; micro < plan_.accum_steps; ++micro) {
+    micro_samples(micro);
+    engine_->run_micro(replicas_, step, micro, norm_.backward_scale, now_.record_layers && micro == 0 ? &now_.stats : nullptr);
+  }
+  if (!now_.record_layers) return;
+  // Gradients w.r.t. outputs as PyTorch sees them: per-rank mean loss, unscaled.
+  const std::size_t block = model_.size() * kStatCount;
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    const double unscale = norm_.own_scale / replicas_[k].loss_scale;
+    for (std::size_t i = k * block; i < (k + 1) * block; ++i) now_.stats.backward[i] *= unscale;
+  }
+}
+
+// Each rank's own gradient as the allreduce receives it (a fixed-point sum's first part), which is where
+// a fault corrupts it; its norms, losses and what faults keep of it; the global loss.
+void Run::local_gradients(std::int64_t step) {
+  const std::size_t np = model_.num_params(), parts = static_cast<std::size_t>(engine_->grad_parts());
+  reduce_parts_ = reducer_->combine_local_parts(grad_spans_, static_cast<int>(parts));
+  for (Replica& r : replicas_) {
+    r.grads.advance(GradStage::computed, GradStage::local, "combine local parts");
+    faults_->corrupt_gradients(step, r, np, log_);
+  }
+  local_gradient_norms(now_.grad_norm_local, now_.stats.grad_norm);
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    Replica& r = replicas_[k];
+    now_.loss[k] = r.loss_sum / counted_[k];
+    std::copy(r.loss_parts.begin(), r.loss_parts.end(), now_.loss_parts.begin() + static_cast<std::ptrdiff_t>(k * parts));
+    if (!r.knobs.participates || r.knobs.extra_updates > 0 || r.knobs.local_overflow_check) own_gradient(r);
+    now_.local_overflow[k] = r.knobs.local_overflow_check && overflows_fp16(r.own_grad);
+  }
+  now_.global_loss = 0.0;
+  reducer_->sum_statistics(now_.loss_parts, static_cast<int>(parts), std::span<double>(&now_.global_loss, 1));
+  now_.global_loss /= now_.targets;
+}
+
+// Non-finite checks, then per rank: unscale (or skip the step on an overflow), clip, the scheduled
+// learning rate and the optimizer's update; then DDP's buffer broadcast.
+void Run::update_parameters(std::int64_t step) {
+  const bool skip_nonfinite = handle_nonfinite(step);
+  const std::size_t np = model_.num_params();
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    Replica& r = replicas_[k];
+    now_.loss_scale[k] = r.loss_scale;
+    const std::span<float> g(r.grads.data(), np);
+    bool skip = false;
+    if (cfg_.precision.amp == AmpMode::fp16) {
+      const ScalerUpdate u = scaler_.unscale_or_skip(
+          g, r.loss_scale, r.good_steps, r.knobs.local_overflow_check ? std::optional<bool>(now_.local_overflow[k] != 0) : std::nullopt);
+      skip = u.skipped;
+      if (skip) log_(step, r.rank, "overflow_skip", "loss scale " + std::to_string(u.old_scale) + " -> " + std::to_string(r.loss_scale));
+    }
+    r.grads.unscaled(skip);
+    // The norm before clipping is the applied one unless clipping scaled the gradient.
+    const double before = clip_grad_norm(g, r.knobs.clip_norm);
+    r.grads.advance(GradStage::unscaled, GradStage::clipped, "clip");
+    now_.grad_norm[k] = r.knobs.clip_norm > 0.0 && before + 1e-6 > r.knobs.clip_norm ? l2_norm(g) : before;
+    now_.lr[k] = scheduled_lr(cfg_.schedule, cfg_.optim.lr * lr_factor_, r.knobs.schedule_step, total_steps_);
+    if (skip || skip_nonfinite || r.knobs.extra_updates < 0) continue;
+    r.grads.applied();
+    r.optimizer->step(r.params, g, now_.lr[k]);
+    if (r.knobs.extra_updates > 0) {
+      for (float& v : r.own_grad) v = static_cast<float>(v / r.loss_scale);
+      r.optimizer->step(r.params, r.own_grad, now_.lr[k]);
+    }
+  }
+  if (cfg_.dist.broadcast_buffers && model_.num_buffers() > 0) broadcast_buffers();
+}
+
+// The step's row of /train (and of /layers when due).
+void Run::record_step(TrajectoryWriter& writer, std::int64_t step) {
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    now_.param_norm[k] = l2_norm(replicas_[k].params);
+    now_.param_hash[k] = hash_bits(replicas_[k].params);
+    std::copy(replicas_[k].step_samples.begin(), replicas_[k].step_samples.end(),
+              now_.samples.begin() + static_cast<std::ptrdiff_t>(k * replicas_[k].step_samples.size()));
+  }
+  writer.append_train(TrainRow{step, now_.global_loss, now_.loss, now_.grad_norm_local, now_.grad_norm, now_.param_norm,
+                               now_.lr, now_.loss_scale, now_.param_hash, now_.samples});
+  if (now_.record_layers) {
+    writer.append_layers(step, now_.stats.forward, now_.stats.backward, now_.stats.grad_norm);
+    ++layer_rows_;
+  }
+}
+
+// Every replica on the test split, recorded after `step`; its time is not counted in steps/s.
+void Run::evaluate(TrajectoryWriter& writer, std::int64_t step) {
+  const auto start = Clock::now();
+  for (std::size_t k = 0; k < replicas_.size(); ++k) {
+    const auto e = engine_->evaluate(replicas_[k], data_.test);
+    now_.eval_loss[k] = e.loss;
+    now_.eval_acc[k] = e.accuracy;
+  }
+  writer.append_eval(step, now_.eval_loss, now_.eval_acc);
+  ++eval_rows_;
+  eval_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A termination request (agreed by all processes, so they stop after the same step) checkpoints and
+// ends the run with Preempted; so does nothing else. Periodic checkpoints. True when a non-finite value
+// under train.on_nonfinite=stop ends the run after this step.
+bool Run::stop_or_checkpoint(TrajectoryWriter& writer, std::int64_t step) {
+  int terminate = termination_requested() ? 1 : 0;
+  allreduce_in_place(&terminate, 1, MPI_INT, MPI_MAX, comm_);
+  if (terminate && step + 1 < total_steps_) {
+    checkpoint(writer, step);
+    throw Preempted("terminated after step " + std::to_string(step) + "; checkpoint written to " +
+                    checkpoint_root(cfg_.output_path()) + ", run again with run.resume=auto to continue");
+  }
+  if (cfg_.run.checkpoint_every > 0 && (step + 1) % cfg_.run.checkpoint_every == 0 && step + 1 < total_steps_)
+    checkpoint(writer, step);
+  return stop_requested_;
 }
 
 void check_configuration_skew(const RunConfig& cfg, MPI_Comm comm) {

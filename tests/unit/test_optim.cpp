@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "optim/clip.hpp"
+#include "optim/grad_scaler.hpp"
 #include "optim/optimizer.hpp"
+#include "train/replica.hpp"
 #include "optim/schedule.hpp"
 #include "torch_peer.hpp"
 
@@ -342,4 +344,77 @@ TEST(OptimTorch, SgdNesterovAdamWAndClipMatchPyTorch) {
     std::printf("[ torch    ] %-16s max rel error %.3g, %d/%zu bit-identical: %s\n", name, max_rel, identical, n,
                 max_rel <= 1e-6 ? "OK" : "NOT OK");
   }
+}
+
+// GradScaler: torch.cuda.amp.GradScaler's rules (backoff 0.5 on an overflow, growth 2 after the interval).
+TEST(GradScaler, UnscalesThenGrowsAfterTheInterval) {
+  const GradScaler scaler(2);
+  std::vector<float> g{1024.0f, -512.0f};
+  double scale = 1024.0;
+  std::int64_t good = 0;
+  ScalerUpdate u = scaler.unscale_or_skip(g, scale, good);
+  EXPECT_FALSE(u.skipped);
+  EXPECT_EQ(u.old_scale, 1024.0);
+  EXPECT_EQ(g, (std::vector<float>{1.0f, -0.5f}));
+  EXPECT_EQ(scale, 1024.0);
+  EXPECT_EQ(good, 1);
+  u = scaler.unscale_or_skip(g, scale, good);
+  EXPECT_EQ(scale, 2048.0);  // the second good step in a row doubles it
+  EXPECT_EQ(good, 0);
+}
+
+TEST(GradScaler, OverflowSkipsAndHalvesWithoutTouchingTheGradient) {
+  const GradScaler scaler(100);
+  for (const float bad : {70000.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> g{1.0f, bad};
+    double scale = 8.0;
+    std::int64_t good = 5;
+    const ScalerUpdate u = scaler.unscale_or_skip(g, scale, good);
+    EXPECT_TRUE(u.skipped);
+    EXPECT_EQ(scale, 4.0);
+    EXPECT_EQ(good, 0);
+    EXPECT_EQ(g[0], 1.0f);
+  }
+  // A decision made elsewhere (a rank's local check) replaces the check on the values.
+  std::vector<float> g{1.0f};
+  double scale = 8.0;
+  std::int64_t good = 0;
+  EXPECT_TRUE(scaler.unscale_or_skip(g, scale, good, true).skipped);
+  EXPECT_EQ(g[0], 1.0f);
+}
+
+// The gradient's stages in a step: any stage run out of order is refused.
+TEST(GradientStages, RunInOrderAndRefuseAnyOther) {
+  GradientBuffer g;
+  g.assign(4, 1.0f);
+  g.begin_step(256.0);
+  EXPECT_EQ(g.stage(), GradStage::computed);
+  EXPECT_THROW(g.reduced(4.0), std::logic_error);  // before the local combination
+  g.advance(GradStage::computed, GradStage::local, "combine");
+  g.reduced(4.0);
+  EXPECT_EQ(g.divisor(), 4.0);
+  EXPECT_THROW(g.reduced(4.0), std::logic_error);  // a second division
+  EXPECT_THROW(g.advance(GradStage::unscaled, GradStage::clipped, "clip"), std::logic_error);  // clip before unscale
+  g.unscaled(false);
+  EXPECT_EQ(g.loss_scale(), 1.0);
+  g.advance(GradStage::unscaled, GradStage::clipped, "clip");
+  g.applied();
+  EXPECT_EQ(g.stage(), GradStage::applied);
+  try {
+    g.applied();
+    FAIL() << "applied twice";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "gradient stage apply needs a clipped gradient; it is applied");
+  }
+}
+
+TEST(GradientStages, AnOverflowedGradientCannotBeApplied) {
+  GradientBuffer g;
+  g.assign(2, 1.0f);
+  g.begin_step(65536.0);
+  g.advance(GradStage::computed, GradStage::local, "combine");
+  g.reduced(2.0);
+  g.unscaled(true);  // the scaler skipped the step: the values still carry the scale
+  g.advance(GradStage::unscaled, GradStage::clipped, "clip");
+  EXPECT_THROW(g.applied(), std::logic_error);
 }
