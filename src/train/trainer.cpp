@@ -1,7 +1,6 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "comm/collectives.hpp"
 #include "comm/mpi_check.hpp"
 #include "divsim_version.hpp"
+#include "comm/reduce_plan.hpp"
 #include "comm/reducer.hpp"
 #include "config/options.hpp"
 #include "data/dataset.hpp"
@@ -72,60 +72,19 @@ ProcessLayout layout_processes(const RunConfig& cfg, MPI_Comm comm) {
   return p;
 }
 
-// Deterministic chunk size. It must be the same at every world size to be compared, so the automatic
-// choice does not depend on this run's W: the largest c <= 64 that divides the per-rank micro-batch of
-// every world size in {1,2,3,4,6,8} that can split the batch (as planned for that W, so a derived
-// accumulation count is taken into account). With batch.per_rank fixed there is no such invariance to
-// keep, and the per-rank micro-batch decides.
-std::int64_t deterministic_chunk(const RunConfig& cfg, const BatchPlan& plan) {
-  std::int64_t c = cfg.dist.det_chunk;
-  if (c == 0) {
-    std::int64_t g = plan.micro_batch;
-    if (cfg.batch.per_rank == 0)
-      for (int w : {1, 2, 3, 4, 6, 8}) {
-        try {
-          g = std::gcd(g, plan_batches(cfg, w).micro_batch);
-        } catch (const ConfigError&) {
-          // this world size cannot split the batch: nothing to stay invariant with
-        }
-      }
-    c = 1;
-    for (std::int64_t d = 64; d >= 1; --d)
-      if (g % d == 0) {
-        c = d;
-        break;
-      }
+// The per-rank micro-batch at each world size a deterministic run stays comparable with (the chunk must
+// divide them all), as planned for that W; none with batch.per_rank fixed.
+std::vector<std::int64_t> comparable_micro_batches(const RunConfig& cfg) {
+  std::vector<std::int64_t> out;
+  if (cfg.batch.per_rank != 0) return out;
+  for (const int w : kComparableWorldSizes) {
+    try {
+      out.push_back(plan_batches(cfg, w).micro_batch);
+    } catch (const ConfigError&) {
+      // this world size cannot split the batch: nothing to stay invariant with
+    }
   }
-  if (plan.micro_batch % c != 0)
-    throw ConfigError("dist.det_chunk", std::to_string(c) + " does not divide the per-rank micro-batch " +
-                                            std::to_string(plan.micro_batch) + " at world size " +
-                                            std::to_string(plan.world_size) + "; choose a divisor of it");
-  return c;
-}
-
-// bit_reverse(x, k): x's log2(k) low bits in reverse order (k a power of two).
-std::size_t bit_reverse(std::size_t x, std::size_t k) {
-  std::size_t r = 0;
-  for (std::size_t bit = 1; bit < k; bit <<= 1, x >>= 1) r = (r << 1) | (x & 1);
-  return r;
-}
-
-// Deterministic mode's fixed tree (comm/tree_reducer.cpp), when the step's C chunks are a power of two
-// (else the fixed-point sum takes the step, at every world size alike: C does not depend on W). A
-// chunk's place among the tree's C leaves follows from the global positions it holds, so it is the same
-// at every world size, and each rank's chunks are one subtree of L = C / W leaves:
-// - global_batch: chunk i of the step holds positions [i c, (i + 1) c): place i; rank g's places are
-//   [g L, (g + 1) L), its part m Q + q (micro-step m, chunk q of Q) at place g L + m Q + q.
-// - distributed: chunk (micro-step m, start s) holds positions m G/M + s + t S, t < c, with S = G / (M c)
-//   starts; rank g's chunks have s = g + q W, and place bit_reverse(s, S) M + m = bit_reverse(g, W) L +
-//   bit_reverse(q, Q) M + m puts them at rank position bit_reverse(g, W).
-void plan_tree(ReduceLayout& layout, bool distributed, std::size_t chunks_per_micro, std::size_t micro_steps) {
-  const auto W = static_cast<std::size_t>(layout.world_size), Q = chunks_per_micro, M = micro_steps;
-  if (!std::has_single_bit(W * Q * M)) return;
-  const std::size_t L = Q * M;
-  for (std::size_t i = 0; i < L; ++i)
-    layout.tree_slots.push_back(static_cast<int>(distributed ? (i % M) * Q + bit_reverse(i / M, Q) : i));
-  for (std::size_t g = 0; g < W; ++g) layout.tree_block.push_back(static_cast<int>(distributed ? bit_reverse(g, W) : g));
+  return out;
 }
 
 // Each pair of sibling leaves is summed by the engine: the chunk of the higher slot adds its gradient
@@ -446,7 +405,9 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   EngineSettings es;
   es.plan = plan_;
   es.deterministic = deterministic_;
-  es.chunk = deterministic_ ? deterministic_chunk(cfg_, plan_) : plan_.micro_batch;
+  es.chunk = deterministic_ ? deterministic_chunk(cfg_.dist.det_chunk, plan_.micro_batch, plan_.world_size,
+                                                  comparable_micro_batches(cfg_))
+                            : plan_.micro_batch;
   es.sync_bn = cfg_.dist.sync_bn;
   es.augment = cfg_.data.augment;
   // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
