@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "record/h5.hpp"
+#include "record/schema.hpp"
 
 namespace divsim {
 namespace {
@@ -19,10 +20,11 @@ hid_t mem_type<std::int64_t>() { return H5T_NATIVE_INT64; }
 template <>
 hid_t mem_type<std::uint64_t>() { return H5T_NATIVE_UINT64; }
 
-// rows x [rank_begin, rank_begin+rank_count) x (the rest) of a dataset; per_rank = false reads [rows].
+// rows x [rank_begin, rank_begin+rank_count) x (the rest) of a dataset; one that is not per rank: [rows].
 template <class T>
-std::vector<T> read_rows(hid_t file, const std::string& path, std::int64_t rows, const TrajectoryLayout& layout,
-                         bool per_rank) {
+std::vector<T> read_rows(hid_t file, schema::DatasetId id, std::int64_t rows, const TrajectoryLayout& layout) {
+  const schema::DatasetSchema& declared = schema::dataset(id);
+  const std::string path(declared.path);
   const h5::Dataset d(h5::check(H5Dopen2(file, path.c_str(), H5P_DEFAULT), "opening " + path));
   const h5::Dataspace space(h5::check(H5Dget_space(d), "H5Dget_space " + path));
   const int rank = H5Sget_simple_extent_ndims(space);
@@ -32,7 +34,7 @@ std::vector<T> read_rows(hid_t file, const std::string& path, std::int64_t rows,
     throw IoError(path + " holds " + std::to_string(dims[0]) + " rows, the checkpoint needs " + std::to_string(rows));
   std::vector<hsize_t> start(dims.size(), 0), count = dims;
   count[0] = static_cast<hsize_t>(rows);
-  if (per_rank) {
+  if (declared.per_rank()) {
     start[1] = static_cast<hsize_t>(layout.rank_begin);
     count[1] = static_cast<hsize_t>(layout.rank_count);
   }
@@ -56,25 +58,26 @@ RecordedRun read_recorded_run(const std::string& path, const TrajectoryLayout& l
   r.rows = rows;
   r.layer_rows = layer_rows;
   r.eval_rows = eval_rows;
-  r.created = h5::read_string_attr(f, "created");
-  r.step = read_rows<std::int64_t>(f, "/train/step", rows, layout, false);
-  r.global_loss = read_rows<double>(f, "/train/global_loss", rows, layout, false);
-  const char* cols[] = {"/train/loss", "/train/grad_norm_local", "/train/grad_norm", "/train/param_norm", "/train/lr",
-                        "/train/loss_scale"};
-  for (std::size_t i = 0; i < r.cols.size(); ++i) r.cols[i] = read_rows<double>(f, cols[i], rows, layout, true);
-  r.param_hash = read_rows<std::uint64_t>(f, "/train/param_hash", rows, layout, true);
-  if (layout.record_samples) r.samples = read_rows<std::int64_t>(f, "/train/samples", rows, layout, true);
-  r.layer_step = read_rows<std::int64_t>(f, "/layers/step", layer_rows, layout, false);
-  r.forward = read_rows<double>(f, "/layers/forward", layer_rows, layout, true);
-  r.backward = read_rows<double>(f, "/layers/backward", layer_rows, layout, true);
-  r.layer_grad_norm = read_rows<double>(f, "/layers/grad_norm", layer_rows, layout, true);
-  r.eval_step = read_rows<std::int64_t>(f, "/eval/step", eval_rows, layout, false);
-  r.eval_loss = read_rows<double>(f, "/eval/loss", eval_rows, layout, true);
-  r.eval_accuracy = read_rows<double>(f, "/eval/accuracy", eval_rows, layout, true);
+  r.created = h5::read_string_attr(f, std::string(schema::attribute(schema::AttributeId::created).name));
+  using D = schema::DatasetId;
+  r.step = read_rows<std::int64_t>(f, D::train_step, rows, layout);
+  r.global_loss = read_rows<double>(f, D::train_global_loss, rows, layout);
+  for (std::size_t i = 0; i < r.cols.size(); ++i)
+    r.cols[i] = read_rows<double>(f, schema::kTrainColumns[i], rows, layout);
+  r.param_hash = read_rows<std::uint64_t>(f, D::train_param_hash, rows, layout);
+  if (layout.record_samples) r.samples = read_rows<std::int64_t>(f, D::train_samples, rows, layout);
+  r.layer_step = read_rows<std::int64_t>(f, D::layers_step, layer_rows, layout);
+  r.forward = read_rows<double>(f, D::layers_forward, layer_rows, layout);
+  r.backward = read_rows<double>(f, D::layers_backward, layer_rows, layout);
+  r.layer_grad_norm = read_rows<double>(f, D::layers_grad_norm, layer_rows, layout);
+  r.eval_step = read_rows<std::int64_t>(f, D::eval_step, eval_rows, layout);
+  r.eval_loss = read_rows<double>(f, D::eval_loss, eval_rows, layout);
+  r.eval_accuracy = read_rows<double>(f, D::eval_accuracy, eval_rows, layout);
 
   // Events: the compound table, read whole (it is small) and cut at the checkpoint's step.
-  const h5::Dataset ev(h5::check(H5Dopen2(f, "/events", H5P_DEFAULT), "opening /events"));
-  const h5::Dataspace space(h5::check(H5Dget_space(ev), "H5Dget_space /events"));
+  const std::string events(schema::dataset(D::events).path);
+  const h5::Dataset ev(h5::check(H5Dopen2(f, events.c_str(), H5P_DEFAULT), "opening " + events));
+  const h5::Dataspace space(h5::check(H5Dget_space(ev), "H5Dget_space " + events));
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space, &n, nullptr);
   struct Row {
@@ -91,7 +94,7 @@ RecordedRun read_recorded_run(const std::string& path, const TrajectoryLayout& l
   H5Tinsert(t, "kind", offsetof(Row, kind), kind_t);
   H5Tinsert(t, "detail", offsetof(Row, detail), detail_t);
   std::vector<Row> rows_in(n);
-  if (n > 0) h5::check(H5Dread(ev, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows_in.data()), "reading /events");
+  if (n > 0) h5::check(H5Dread(ev, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows_in.data()), "reading " + events);
   for (const Row& e : rows_in)
     if (e.step < rows)
       r.events.push_back({e.step, e.rank, std::string(e.kind, strnlen(e.kind, sizeof e.kind)),

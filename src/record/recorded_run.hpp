@@ -21,7 +21,7 @@ struct RecordedRun {
   std::int64_t rows = 0, layer_rows = 0, eval_rows = 0;
   std::vector<std::int64_t> step;
   std::vector<double> global_loss;
-  std::array<std::vector<double>, 6> cols;  // loss, grad_norm_local, grad_norm, param_norm, lr, loss_scale: [row][rank]
+  std::array<std::vector<double>, schema::kTrainColumns.size()> cols;  // in kTrainColumns' order: [row][rank]
   std::vector<std::uint64_t> param_hash;    // [row][rank]
   std::vector<std::int64_t> samples;        // [row][rank][B] when recorded
   std::vector<std::int64_t> layer_step;

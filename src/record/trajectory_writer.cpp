@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "comm/abort_job.hpp"
+#include "record/schema.hpp"
 
 namespace divsim {
 
@@ -19,7 +20,6 @@ namespace fs = std::filesystem;
 
 constexpr hsize_t kMaxChunkBytes = hsize_t{16} << 20;  // readers fetch whole chunks: keep them modest
 constexpr hsize_t kEventChunkRows = 256;
-constexpr std::int64_t kSchemaVersion = 1;
 constexpr const char* kStats[] = {"mean", "std", "min", "max", "l2"};
 constexpr std::uint32_t kJournalFormat = 1;  // bump when the journal payloads change
 constexpr hsize_t kNumStats = std::size(kStats);
@@ -35,6 +35,31 @@ hid_t native_type() {
     return H5T_NATIVE_UINT64;
   }
 }
+
+template <class T>
+constexpr schema::Type schema_type() {
+  if constexpr (std::is_same_v<T, double>) {
+    return schema::Type::float64;
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    return schema::Type::int64;
+  } else {
+    static_assert(std::is_same_v<T, std::uint64_t>);
+    return schema::Type::uint64;
+  }
+}
+
+// The file type of a numeric schema type (little-endian, whatever the machine).
+hid_t file_type(const schema::DatasetSchema& d) {
+  switch (d.type) {
+    case schema::Type::int64: return H5T_STD_I64LE;
+    case schema::Type::uint64: return H5T_STD_U64LE;
+    case schema::Type::float64: return H5T_IEEE_F64LE;
+    case schema::Type::float32: return H5T_IEEE_F32LE;
+    default: throw std::logic_error("TrajectoryWriter: " + std::string(d.path) + " is not a numeric dataset");
+  }
+}
+
+std::string attribute_name(schema::AttributeId id) { return std::string(schema::attribute(id).name); }
 
 void validate(const TrajectoryLayout& l) {
   const auto fail = [](const std::string& msg) { throw std::invalid_argument("trajectory layout: " + msg); };
@@ -98,14 +123,14 @@ hsize_t product(const std::vector<hsize_t>& dims, std::size_t from = 0) {
   return p;
 }
 
-void write_dataset_attrs(hid_t dset, const std::string& dims, const std::string& description) {
-  h5::write_string_attr(dset, "dims", dims);
-  h5::write_string_attr(dset, "description", description);
+void write_dataset_attrs(hid_t dset, std::string_view dims, std::string_view description) {
+  h5::write_string_attr(dset, attribute_name(schema::AttributeId::dims), dims);
+  h5::write_string_attr(dset, attribute_name(schema::AttributeId::description), description);
 }
 
 // A fixed-size (contiguous) dataset at an absolute path, intermediate groups created.
 h5::Dataset create_fixed(hid_t file, const std::string& path, hid_t file_type, const std::vector<hsize_t>& shape,
-                         const std::string& dims, const std::string& description) {
+                         std::string_view dims, std::string_view description) {
   const h5::Dataspace space(
       h5::check(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "dataspace of " + path));
   const h5::Plist lcpl(h5::check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(link)"));
@@ -147,6 +172,7 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
                                    const std::vector<FaultRow>& faults, bool journal)
     : comm_(comm), final_path_(final_path), partial_path_(final_path + ".partial"), layout_(layout) {
   validate(layout_);
+  for (const auto& extra : attrs.extra) schema::root_attribute(extra.first);  // refuses undeclared ones
   capacity_ = static_cast<hsize_t>(layout_.flush_every);
   MPI_Comm_rank(comm_, &proc_);
   h5::silence_error_printing();
@@ -170,76 +196,52 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
   collective_ = h5::Plist(h5::check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate(transfer)"));
   h5::check(H5Pset_dxpl_mpio(collective_, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
 
-  h5::write_int64_attr(file_, "schema_version", kSchemaVersion);
-  h5::write_int64_attr(file_, "world_size", layout_.world_size);
-  h5::write_string_attr(file_, "divsim_version", attrs.divsim_version);
-  h5::write_string_attr(file_, "git_sha", attrs.git_sha);
-  h5::write_string_attr(file_, "created", attrs.created);
-  h5::write_string_attr(file_, "config", attrs.config);
-  h5::write_string_attr(file_, "env", attrs.env);
+  using enum schema::AttributeId;
+  h5::write_int64_attr(file_, attribute_name(schema_version), schema::kVersion);
+  h5::write_int64_attr(file_, attribute_name(world_size), layout_.world_size);
+  h5::write_string_attr(file_, attribute_name(divsim_version), attrs.divsim_version);
+  h5::write_string_attr(file_, attribute_name(git_sha), attrs.git_sha);
+  h5::write_string_attr(file_, attribute_name(created), attrs.created);
+  h5::write_string_attr(file_, attribute_name(config), attrs.config);
+  h5::write_string_attr(file_, attribute_name(env), attrs.env);
   for (const auto& [key, value] : attrs.extra) h5::write_string_attr(file_, key, value);
 
   for (const char* group : {"/train", "/layers", "/eval"})
     h5::Group(h5::check(H5Gcreate2(file_, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                         std::string("creating group ") + group));
 
-  const auto W = static_cast<hsize_t>(layout_.world_size);
-  const auto L = static_cast<hsize_t>(layout_.layer_names.size());
-  train_step_ = make_series<std::int64_t>("/train/step", H5T_STD_I64LE, {}, false, "step",
-                                          "optimizer step of each row");
-  global_loss_ = make_series<double>("/train/global_loss", H5T_IEEE_F64LE, {}, false, "step",
-                                     "mean loss over the whole global batch of the step");
-  const std::array<std::pair<const char*, const char*>, 6> cols{{
-      {"/train/loss", "rank's local loss: mean over the samples it processed in the step, before reduction"},
-      {"/train/grad_norm_local", "L2 norm of the rank's own mean gradient of the step, before reduction"},
-      {"/train/grad_norm", "L2 norm of the gradient the rank's optimizer applied in the step (after reduction, unscaling and clipping)"},
-      {"/train/param_norm", "L2 norm of all parameters of the rank's replica after the step's update"},
-      {"/train/lr", "learning rate the rank's optimizer used in the step"},
-      {"/train/loss_scale", "loss scale the rank used in the step (1 without loss scaling)"},
-  }};
-  for (std::size_t i = 0; i < cols.size(); ++i)
-    train_cols_[i] = make_series<double>(cols[i].first, H5T_IEEE_F64LE, {W}, true, "step,rank", cols[i].second);
-  param_hash_ = make_series<std::uint64_t>(
-      "/train/param_hash", H5T_STD_U64LE, {W}, true, "step,rank",
-      "64-bit hash of the bits of all parameters of the rank's replica after the step's update: replicas in sync <=> equal");
-  if (layout_.record_samples)
-    samples_ = make_series<std::int64_t>("/train/samples", H5T_STD_I64LE,
-                                         {W, static_cast<hsize_t>(layout_.samples_per_step)}, true,
-                                         "step,rank,sample",
-                                         "global dataset indices of the samples the rank consumed in the step");
+  using D = schema::DatasetId;  // `using enum` would clash with the parameter `faults`
+  train_step_ = make_series<std::int64_t>(D::train_step);
+  global_loss_ = make_series<double>(D::train_global_loss);
+  for (std::size_t i = 0; i < train_cols_.size(); ++i) train_cols_[i] = make_series<double>(schema::kTrainColumns[i]);
+  param_hash_ = make_series<std::uint64_t>(D::train_param_hash);
+  if (layout_.record_samples) samples_ = make_series<std::int64_t>(D::train_samples);
 
-  layers_step_ = make_series<std::int64_t>("/layers/step", H5T_STD_I64LE, {}, false, "step",
-                                           "optimizer steps at which layer statistics were taken");
-  forward_ = make_series<double>("/layers/forward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
-                                 "step,rank,layer,stat",
-                                 "statistics of each layer's output over the rank's first micro-batch of the step (see stats)");
-  backward_ = make_series<double>("/layers/backward", H5T_IEEE_F64LE, {W, L, kNumStats}, true,
-                                  "step,rank,layer,stat",
-                                  "statistics of the loss gradient w.r.t. each layer's output over the rank's first micro-batch (see stats)");
-  const std::vector<std::string> stats(std::begin(kStats), std::end(kStats));
-  h5::write_strings_attr(forward_.dataset, "stats", stats);
-  h5::write_strings_attr(backward_.dataset, "stats", stats);
-  layer_grad_norm_ = make_series<double>("/layers/grad_norm", H5T_IEEE_F64LE, {W, L}, true, "step,rank,layer",
-                                         "L2 norm of the rank's own gradient (before reduction) of each layer's parameters; 0 for layers without parameters");
+  layers_step_ = make_series<std::int64_t>(D::layers_step);
+  forward_ = make_series<double>(D::layers_forward);
+  backward_ = make_series<double>(D::layers_backward);
+  const std::vector<std::string> stat_names(std::begin(kStats), std::end(kStats));
+  h5::write_strings_attr(forward_.dataset, attribute_name(stats), stat_names);
+  h5::write_strings_attr(backward_.dataset, attribute_name(stats), stat_names);
+  layer_grad_norm_ = make_series<double>(D::layers_grad_norm);
 
-  eval_step_ = make_series<std::int64_t>("/eval/step", H5T_STD_I64LE, {}, false, "step",
-                                         "optimizer step after which the evaluation ran");
-  eval_loss_ = make_series<double>("/eval/loss", H5T_IEEE_F64LE, {W}, true, "step,rank",
-                                   "mean loss of the rank's own replica on the test set");
-  eval_accuracy_ = make_series<double>("/eval/accuracy", H5T_IEEE_F64LE, {W}, true, "step,rank",
-                                       "top-1 accuracy of the rank's own replica on the test set (fraction)");
+  eval_step_ = make_series<std::int64_t>(D::eval_step);
+  eval_loss_ = make_series<double>(D::eval_loss);
+  eval_accuracy_ = make_series<double>(D::eval_accuracy);
 
   // /layers/names: fixed-length strings as wide as the longest name.
+  const auto L = static_cast<hsize_t>(layout_.layer_names.size());
   std::size_t width = 1;
   for (const auto& n : layout_.layer_names) width = std::max(width, n.size());
   std::vector<char> names(L * width, '\0');
   for (std::size_t i = 0; i < L; ++i)
     std::memcpy(names.data() + i * width, layout_.layer_names[i].data(), layout_.layer_names[i].size());
   const h5::Datatype name_type = h5::fixed_string_type(width);
-  const h5::Dataset names_dset = create_fixed(file_, "/layers/names", name_type, {L}, "layer",
-                                              "recorded layer names, in the order of the layer axis");
-  write_from_root(comm_, names_dset, name_type, names.data(), L, proc_, collective_, "/layers/names",
-                  partial_path_);
+  const schema::DatasetSchema& names_schema = schema::dataset(D::layers_names);
+  const std::string names_path(names_schema.path);
+  const h5::Dataset names_dset =
+      create_fixed(file_, names_path, name_type, {L}, names_schema.dims, names_schema.description);
+  write_from_root(comm_, names_dset, name_type, names.data(), L, proc_, collective_, names_path, partial_path_);
 
   // /events: packed compound in the file; EventRecord (with padding) in memory.
   const h5::Datatype kind_type = h5::fixed_string_type(kEventKindSize);
@@ -256,16 +258,16 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
   insert_member(event_file_type_, "kind", 12, kind_type);
   insert_member(event_file_type_, "detail", 12 + kEventKindSize, detail_type);
   {
+    const schema::DatasetSchema& e = schema::dataset(D::events);
+    const std::string path(e.path);
     const hsize_t zero = 0, unlimited = H5S_UNLIMITED;
-    const h5::Dataspace space(h5::check(H5Screate_simple(1, &zero, &unlimited), "dataspace of /events"));
+    const h5::Dataspace space(h5::check(H5Screate_simple(1, &zero, &unlimited), "dataspace of " + path));
     const h5::Plist dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset)"));
-    h5::check(H5Pset_chunk(dcpl, 1, &kEventChunkRows), "H5Pset_chunk /events");
+    h5::check(H5Pset_chunk(dcpl, 1, &kEventChunkRows), "H5Pset_chunk " + path);
     h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
     events_ = h5::Dataset(h5::check(
-        H5Dcreate2(file_, "/events", event_file_type_, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "creating /events"));
-    write_dataset_attrs(events_, "event",
-                        "event log: step, logical rank (-1: all ranks), kind, detail; sorted by (step, rank) "
-                        "within each flush");
+        H5Dcreate2(file_, path.c_str(), event_file_type_, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), "creating " + path));
+    write_dataset_attrs(events_, e.dims, e.description);
   }
 
   // /faults: packed compound, strings as wide as the longest value; memory rows use the same offsets.
@@ -302,11 +304,12 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
     std::memcpy(r + o_every, &f.every, 8);
     std::memcpy(r + o_prob, &f.prob, 8);
   }
-  const h5::Dataset faults_dset =
-      create_fixed(file_, "/faults", fault_type(H5T_STD_I64LE, H5T_IEEE_F64LE), {faults.size()}, "fault",
-                   "injected faults as configured: name, ranks, spec (as given), start, stop, every, prob");
+  const schema::DatasetSchema& faults_schema = schema::dataset(D::faults);
+  const std::string faults_path(faults_schema.path);
+  const h5::Dataset faults_dset = create_fixed(file_, faults_path, fault_type(H5T_STD_I64LE, H5T_IEEE_F64LE),
+                                               {faults.size()}, faults_schema.dims, faults_schema.description);
   write_from_root(comm_, faults_dset, fault_type(H5T_NATIVE_INT64, H5T_NATIVE_DOUBLE), rows.data(), faults.size(),
-                  proc_, collective_, "/faults", partial_path_);
+                  proc_, collective_, faults_path, partial_path_);
 
   check_collective(comm_, H5Fflush(file_, H5F_SCOPE_GLOBAL), "flushing '" + partial_path_ + "'");
   if (journal) {
@@ -329,14 +332,27 @@ TrajectoryWriter::~TrajectoryWriter() {
 
 std::string TrajectoryWriter::partial_path() const { return partial_path_; }
 
+hsize_t TrajectoryWriter::axis_size(std::string_view axis) const {
+  if (axis == "rank") return static_cast<hsize_t>(layout_.world_size);
+  if (axis == "layer") return layout_.layer_names.size();
+  if (axis == "stat") return kNumStats;
+  if (axis == "sample") return static_cast<hsize_t>(layout_.samples_per_step);
+  throw std::logic_error("TrajectoryWriter: no size for the axis '" + std::string(axis) + "'");
+}
+
 template <class T>
-TrajectoryWriter::Series<T> TrajectoryWriter::make_series(const std::string& path, hid_t file_type,
-                                                          std::vector<hsize_t> row_dims, bool per_rank,
-                                                          const std::string& dims, const std::string& description) {
+TrajectoryWriter::Series<T> TrajectoryWriter::make_series(schema::DatasetId id) {
+  const schema::DatasetSchema& d = schema::dataset(id);
   Series<T> s;
-  s.path = path;
-  s.row_dims = std::move(row_dims);
-  s.per_rank = per_rank;
+  s.path = d.path;
+  if (d.type != schema_type<T>())
+    throw std::logic_error("TrajectoryWriter: " + s.path + " is " + std::string(schema::type_name(d.type)) +
+                           ", not " + std::string(schema::type_name(schema_type<T>())));
+  const std::vector<std::string_view> axes = d.axes();
+  if (axes.empty() || axes.front() != "step")
+    throw std::logic_error("TrajectoryWriter: " + s.path + " has no step axis to append rows along");
+  for (std::size_t i = 1; i < axes.size(); ++i) s.row_dims.push_back(axis_size(axes[i]));
+  s.per_rank = d.per_rank();
   const std::size_t rank = 1 + s.row_dims.size();
   std::vector<hsize_t> cur(rank, 0), max(rank, H5S_UNLIMITED), chunk(rank, 1);
   for (std::size_t i = 1; i < rank; ++i) {
@@ -348,17 +364,18 @@ TrajectoryWriter::Series<T> TrajectoryWriter::make_series(const std::string& pat
   chunk[0] = std::clamp<hsize_t>(kMaxChunkBytes / row_bytes, 1, static_cast<hsize_t>(layout_.chunk_steps));
 
   const h5::Dataspace space(h5::check(H5Screate_simple(static_cast<int>(rank), cur.data(), max.data()),
-                                      "dataspace of " + path));
+                                      "dataspace of " + s.path));
   const h5::Plist dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset)"));
-  h5::check(H5Pset_chunk(dcpl, static_cast<int>(rank), chunk.data()), "H5Pset_chunk " + path);
+  h5::check(H5Pset_chunk(dcpl, static_cast<int>(rank), chunk.data()), "H5Pset_chunk " + s.path);
   // Rows are always written before the extent covers them: filling chunks first would only cost I/O.
   h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
-  s.dataset = h5::Dataset(h5::check(H5Dcreate2(file_, path.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                                    "creating dataset '" + path + "'"));
-  write_dataset_attrs(s.dataset, dims, description);
+  s.dataset = h5::Dataset(h5::check(
+      H5Dcreate2(file_, s.path.c_str(), file_type(d), space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+      "creating dataset '" + s.path + "'"));
+  write_dataset_attrs(s.dataset, d.dims, d.description);
 
-  s.local_row = static_cast<std::size_t>(per_rank ? product(s.row_dims, 1) * static_cast<hsize_t>(layout_.rank_count)
-                                                  : product(s.row_dims));
+  s.local_row = static_cast<std::size_t>(s.per_rank ? product(s.row_dims, 1) * static_cast<hsize_t>(layout_.rank_count)
+                                                    : product(s.row_dims));
   s.buffer.assign(static_cast<std::size_t>(capacity_) * s.local_row, T{});
   return s;
 }
@@ -411,8 +428,8 @@ void TrajectoryWriter::append_train(const TrainRow& row) {
   if (train_.pending == capacity_) flush();
   put(train_step_, train_, std::span<const std::int64_t>(&row.step, 1));
   put(global_loss_, train_, std::span<const double>(&row.global_loss, 1));
-  const std::array<std::span<const double>, 6> cols{row.loss, row.grad_norm_local, row.grad_norm,
-                                                    row.param_norm, row.lr, row.loss_scale};
+  const std::array<std::span<const double>, schema::kTrainColumns.size()> cols{
+      row.loss, row.grad_norm_local, row.grad_norm, row.param_norm, row.lr, row.loss_scale};
   for (std::size_t i = 0; i < cols.size(); ++i) put(train_cols_[i], train_, cols[i]);
   put(param_hash_, train_, row.param_hash);
   if (layout_.record_samples) put(samples_, train_, row.samples);
@@ -495,6 +512,10 @@ void TrajectoryWriter::write_array(const std::string& path, std::span<const floa
                                    const std::vector<std::int64_t>& shape, const std::string& dims,
                                    const std::string& description) {
   require_open("write_array");
+  const schema::DatasetSchema& declared = schema::dataset(path);
+  if (declared.id != schema::DatasetId::init)
+    throw std::logic_error("TrajectoryWriter::write_array writes " +
+                           std::string(schema::dataset(schema::DatasetId::init).path) + " arrays, not " + path);
   std::vector<hsize_t> file_shape;
   for (const auto d : shape) {
     if (d < 0) throw std::invalid_argument("TrajectoryWriter::write_array " + path + ": negative dimension");
@@ -515,7 +536,7 @@ void TrajectoryWriter::write_array(const std::string& path, std::span<const floa
     }
     journal_->append(JournalKind::array, a.bytes());
   }
-  const h5::Dataset dset = create_fixed(file_, path, H5T_IEEE_F32LE, file_shape, dims, description);
+  const h5::Dataset dset = create_fixed(file_, path, file_type(declared), file_shape, dims, description);
   write_from_root(comm_, dset, H5T_NATIVE_FLOAT, values.data(), n, proc_, collective_, path, partial_path_);
 }
 
@@ -696,8 +717,9 @@ TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal,
       ++r.flushes;
       r.steps += static_cast<std::int64_t>(ByteUnpacker(g.payloads.front(), "journal rows").get<std::uint64_t>());
     }
-  attrs.extra["recovered"] = "rebuilt by divsim recover (an unfinished run) from '" + journal + "': " + std::to_string(r.steps) +
-                             " steps in " + std::to_string(r.flushes) + " complete flushes (journal: " + j.stop + ")";
+  attrs.extra[attribute_name(schema::AttributeId::recovered)] =
+      "rebuilt by divsim recover (an unfinished run) from '" + journal + "': " + std::to_string(r.steps) +
+      " steps in " + std::to_string(r.flushes) + " complete flushes (journal: " + j.stop + ")";
   TrajectoryWriter w(MPI_COMM_SELF, out_path, true, layout, attrs, faults, false);
   for (std::size_t i = 1; i < j.groups.size(); ++i) {
     const JournalGroup& g = j.groups[i];

@@ -1,7 +1,7 @@
 #pragma once
 // TrajectoryWriter: writes one run's per-rank trajectories to one HDF5 file (schema v1, the contract
-// with the notebooks: docs and /work/shared/DESIGN.md "HDF5 trajectories"), collectively from all
-// processes with parallel HDF5.
+// with the notebooks, declared in record/schema.hpp: every dataset's path, type, axes and `dims` and
+// `description` attributes come from there), collectively from all processes with parallel HDF5.
 //
 // Rows are buffered in memory blocks allocated once and written every `flush_every` train steps with
 // one collective write per dataset, each process selecting its own logical ranks. The file is written
@@ -23,11 +23,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "record/h5.hpp"
 #include "record/io_error.hpp"
 #include "record/journal.hpp"
+#include "record/schema.hpp"
 
 namespace divsim {
 
@@ -43,7 +45,7 @@ struct TrajectoryLayout {
 
 struct RootAttributes {  // written to / as attributes (all processes pass identical values)
   std::string divsim_version, git_sha, created /*ISO 8601 UTC*/, config /*effective INI*/, env /*multi-line text*/;
-  std::map<std::string, std::string> extra;  // further string attributes (e.g. slurm_job_id)
+  std::map<std::string, std::string> extra;  // further string attributes the schema declares (e.g. slurm_job_id)
 };
 
 struct FaultRow {
@@ -55,7 +57,7 @@ struct FaultRow {
 struct TrainRow {  // one optimizer step, this process's logical ranks (each span has rank_count entries)
   std::int64_t step;
   double global_loss;
-  std::span<const double> loss, grad_norm_local, grad_norm, param_norm, lr, loss_scale;
+  std::span<const double> loss, grad_norm_local, grad_norm, param_norm, lr, loss_scale;  // schema::kTrainColumns
   std::span<const std::uint64_t> param_hash;
   std::span<const std::int64_t> samples;  // rank_count * B (ignored unless record_samples)
 };
@@ -68,7 +70,8 @@ class TrajectoryWriter {
   // Collective over comm. Refuses an existing final path unless overwrite (IoError naming it, checked
   // before anything is created); creates missing parent folders and "<final_path>.partial" (MPI-IO
   // driver) with the root attributes, every dataset of the schema, /layers/names and /faults.
-  // Throws std::invalid_argument for an inconsistent layout.
+  // Throws std::invalid_argument for an inconsistent layout, std::logic_error for an extra attribute
+  // the schema does not declare.
   TrajectoryWriter(MPI_Comm comm, const std::string& final_path, bool overwrite, const TrajectoryLayout& layout,
                    const RootAttributes& attrs, const std::vector<FaultRow>& faults);
   // Without finish(): closes the file and leaves the .partial holding every flushed row (never renames;
@@ -90,7 +93,8 @@ class TrajectoryWriter {
   // Local (not collective): buffered and written, sorted by (step, rank), at the next flush.
   void add_event(std::int64_t step, int rank, const std::string& kind, const std::string& detail);
   // Collective: a float32 dataset of the given shape at the absolute `path` (intermediate groups are
-  // created), e.g. /init/<layer>/<param>. Every process passes product(shape) values; process 0's are
+  // created), one of the schema's /init/<layer>/<param> (std::logic_error otherwise); `dims` and
+  // `description` are the tensor's own. Every process passes product(shape) values; process 0's are
   // written.
   void write_array(const std::string& path, std::span<const float> values, const std::vector<std::int64_t>& shape,
                    const std::string& dims, const std::string& description);
@@ -147,9 +151,11 @@ class TrajectoryWriter {
   std::vector<std::byte> header_payload(const RootAttributes& attrs, const std::vector<FaultRow>& faults) const;
   std::vector<std::byte> rows_payload();
   void replay_rows(const std::vector<std::vector<std::byte>>& payloads, const std::vector<RankSlice>& slices);
+  // The size of an axis of the schema's `dims` in this writer's layout.
+  hsize_t axis_size(std::string_view axis) const;
+  // Creates a step-axis dataset as the schema declares it; T must be its type.
   template <class T>
-  Series<T> make_series(const std::string& path, hid_t file_type, std::vector<hsize_t> row_dims, bool per_rank,
-                        const std::string& dims, const std::string& description);
+  Series<T> make_series(schema::DatasetId id);
   template <class T>
   void put(Series<T>& s, const Block& b, std::span<const T> values);
   template <class T>
@@ -172,7 +178,7 @@ class TrajectoryWriter {
   Block train_, layers_, eval_;
   Series<std::int64_t> train_step_, layers_step_, eval_step_;
   Series<double> global_loss_;
-  std::array<Series<double>, 6> train_cols_;  // loss, grad_norm_local, grad_norm, param_norm, lr, loss_scale
+  std::array<Series<double>, schema::kTrainColumns.size()> train_cols_;  // in kTrainColumns' order
   Series<std::uint64_t> param_hash_;
   Series<std::int64_t> samples_;  // only if record_samples
   Series<double> forward_, backward_, layer_grad_norm_;

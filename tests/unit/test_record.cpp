@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "record/h5.hpp"
+#include "record/schema.hpp"
 #include "record/trajectory_writer.hpp"
 
 using namespace divsim;
@@ -145,6 +147,40 @@ std::vector<std::string> all_datasets(hid_t file) {
       },
       &out);
   return out;
+}
+
+// The names of an object's attributes.
+std::vector<std::string> attribute_names(hid_t obj) {
+  std::vector<std::string> out;
+  hsize_t at = 0;
+  H5Aiterate2(
+      obj, H5_INDEX_NAME, H5_ITER_NATIVE, &at,
+      [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+        return 0;
+      },
+      &out);
+  return out;
+}
+
+// A stored type as the schema names it (schema::type_name): a string attribute with a one-dimensional
+// dataspace is a string list.
+std::string stored_type(hid_t type, hid_t space, bool attribute) {
+  const std::string bits = std::to_string(8 * H5Tget_size(type));
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER: return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
+    case H5T_FLOAT: return "float" + bits;
+    case H5T_STRING: return attribute && H5Sget_simple_extent_ndims(space) == 1 ? "string list" : "string";
+    case H5T_COMPOUND: return "compound";
+    default: return "class " + std::to_string(H5Tget_class(type));
+  }
+}
+
+std::string attribute_type(hid_t obj, const std::string& name) {
+  const h5::Attribute a(h5::check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), "open attribute " + name));
+  const h5::Datatype t(h5::check(H5Aget_type(a), "attribute type"));
+  const h5::Dataspace s(h5::check(H5Aget_space(a), "attribute space"));
+  return stored_type(t, s, true);
 }
 
 struct EventRow {
@@ -431,6 +467,63 @@ TEST_F(Record, UnfinishedWriterLeavesReadablePartialWithFlushedSteps) {
   EXPECT_EQ(loss[5 * kW + 2], loss_at(5, 2));
   EXPECT_EQ(read_all<std::int64_t>(f, "/eval/step", H5T_NATIVE_INT64), (std::vector<std::int64_t>{3}));
   EXPECT_EQ(read_events(f).size(), 1u);  // the one of step 2; step 6's was never flushed
+}
+
+TEST_F(Record, FileHoldsExactlyWhatTheSchemaDeclares) {
+  const fs::path path = dir_ / "schema.h5";
+  {
+    TrajectoryWriter w(MPI_COMM_WORLD, path.string(), false, layout3(true), root_attrs(),
+                       {{"bitflip", "1", "bitflip:ranks=1", 0, -1, 1, 1.0}});
+    w.write_array("/init/fc1/weight", std::vector<float>(6, 0.5f), {2, 3}, "out,in", "initial weights of fc1");
+    for (int s = 0; s < 4; ++s) append_step(w, s, 0, kW, true, 2);
+    w.add_event(1, 0, "bitflip", "bit 3");
+    w.finish();
+  }
+  const h5::File f = open_ro(path);
+  for (const std::string& name : attribute_names(f)) {
+    SCOPED_TRACE("root attribute " + name);
+    const schema::AttributeSchema& a = schema::root_attribute(name);  // throws if undeclared
+    EXPECT_EQ(attribute_type(f, name), schema::type_name(a.type));
+  }
+  const auto found = all_datasets(f);
+  for (const std::string& p : found) {
+    SCOPED_TRACE(p);
+    const schema::DatasetSchema& d = schema::dataset(p);  // throws if undeclared
+    const h5::Dataset dset(h5::check(H5Dopen2(f, p.c_str(), H5P_DEFAULT), "open " + p));
+    const h5::Datatype t(h5::check(H5Dget_type(dset), "type"));
+    const h5::Dataspace space(h5::check(H5Dget_space(dset), "space"));
+    EXPECT_EQ(stored_type(t, space, false), schema::type_name(d.type));
+    if (d.id != schema::DatasetId::init) {  // /init's dims and description are each tensor's own
+      EXPECT_EQ(h5::read_string_attr(dset, "dims"), d.dims);
+      EXPECT_EQ(h5::read_string_attr(dset, "description"), d.description);
+      EXPECT_EQ(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)), d.axes().size());
+    }
+    for (const std::string& name : attribute_names(dset)) {
+      const auto& attrs = schema::attributes();
+      const auto a =
+          std::find_if(attrs.begin(), attrs.end(), [&](const auto& e) { return !e.root() && e.name == name; });
+      ASSERT_NE(a, attrs.end()) << "undeclared attribute " << name;
+      EXPECT_EQ(attribute_type(dset, name), schema::type_name(a->type)) << name;
+    }
+  }
+  for (const auto& d : schema::datasets()) {
+    if (d.written == "always") {
+      EXPECT_NE(std::find(found.begin(), found.end(), std::string(d.path)), found.end()) << d.path << " is missing";
+    }
+  }
+}
+
+TEST_F(Record, RefusesAttributesAndArraysTheSchemaDoesNotDeclare) {
+  RootAttributes attrs = root_attrs();
+  attrs.extra["undeclared"] = "x";
+  const fs::path path = dir_ / "refused.h5";
+  EXPECT_THROW(TrajectoryWriter(MPI_COMM_WORLD, path.string(), false, layout3(false), attrs, {}), std::logic_error);
+  EXPECT_FALSE(fs::exists(path.string() + ".partial"));  // refused before anything was created
+
+  TrajectoryWriter w(MPI_COMM_WORLD, path.string(), false, layout3(false), root_attrs(), {});
+  EXPECT_THROW(w.write_array("/train/extra", std::vector<float>(2, 1.0f), {2}, "feature", "not declared"),
+               std::logic_error);
+  w.finish();
 }
 
 TEST_F(Record, RejectsInconsistentLayoutsAndRows) {
