@@ -13,10 +13,12 @@
 namespace divsim {
 namespace {
 
+constexpr std::array<std::string_view, 2> kFalseTrue{"false", "true"};
+
 class AccumMisalign final : public Fault {
  public:
   AccumMisalign(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    per_micro_ = text_param("scheduler_per_micro", "false", {"true", "false"}) == "true";
+    per_micro_ = choice_param("scheduler_per_micro", 0, kFalseTrue) == 1;
     offset_ = integer_param("offset", per_micro_ ? 0 : 1);
     finish_params();
     if (per_micro_ && offset_ != 0) fail("choose offset=+1|-1 or scheduler_per_micro=true, not both");

@@ -23,16 +23,14 @@ bool Fault::active(std::int64_t step, int rank) const {
              .uniform_double(0) < spec_.prob;
 }
 
-std::string Fault::text_param(const std::string& key, const std::string& fallback,
-                              std::initializer_list<const char*> allowed) {
+std::size_t Fault::choice_param(const std::string& key, std::size_t fallback, std::span<const std::string_view> names) {
   consumed_.push_back(key);
-  const std::string v = spec_.param(key, fallback);
-  if (allowed.size() > 0 && std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return v == a; })) {
-    std::string list;
-    for (const char* a : allowed) list += (list.empty() ? "" : " | ") + std::string(a);
-    fail(key + "=" + v + " is not one of " + list);
-  }
-  return v;
+  const std::string v = spec_.param(key, std::string(names[fallback]));
+  const auto it = std::find(names.begin(), names.end(), v);
+  if (it != names.end()) return static_cast<std::size_t>(it - names.begin());
+  std::string list;
+  for (const std::string_view a : names) list += (list.empty() ? "" : " | ") + std::string(a);
+  fail(key + "=" + v + " is not one of " + list);
 }
 
 double Fault::number_param(const std::string& key, double fallback) {

@@ -6,12 +6,14 @@
 // FaultSet and never names a fault. A fault acts on a rank only through that rank's Replica: the per-step
 // RankKnobs (precision, loss, seeds, clipping, schedule, participation, buffer sync, overflow policy,
 // extra updates, ring order), its samples, its gradient and its optimizer state.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -63,7 +65,14 @@ class Fault {
  protected:
   // Fault-specific parameters: readers that remember which keys were consumed, so unknown keys are
   // errors (call finish_params() at the end of the constructor).
-  std::string text_param(const std::string& key, const std::string& fallback, std::initializer_list<const char*> allowed = {});
+  // A parameter that takes one of `names`: its index there (`fallback` when absent); fails naming the key
+  // and the choices otherwise. A fault keeps it as an enum whose values follow the order of `names`, so
+  // nothing past this parser compares the text.
+  std::size_t choice_param(const std::string& key, std::size_t fallback, std::span<const std::string_view> names);
+  template <class E, std::size_t N>
+  E choice_param(const std::string& key, E fallback, const std::array<std::string_view, N>& names) {
+    return static_cast<E>(choice_param(key, static_cast<std::size_t>(fallback), std::span<const std::string_view>(names)));
+  }
   double number_param(const std::string& key, double fallback);
   std::int64_t integer_param(const std::string& key, std::int64_t fallback);
   void finish_params();

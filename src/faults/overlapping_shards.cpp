@@ -14,15 +14,18 @@
 namespace divsim {
 namespace {
 
+enum class Mode { duplicate_rank, wrong_num_replicas, local_shuffle };
+constexpr std::array<std::string_view, 3> kModes{"duplicate_rank", "wrong_num_replicas", "local_shuffle"};
+
 class OverlappingShards final : public Fault {
  public:
   OverlappingShards(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    mode_ = text_param("mode", "duplicate_rank", {"duplicate_rank", "wrong_num_replicas", "local_shuffle"});
-    if (mode_ == "duplicate_rank") {
+    mode_ = choice_param("mode", Mode::duplicate_rank, kModes);
+    if (mode_ == Mode::duplicate_rank) {
       of_ = integer_param("of", 0);
       if (of_ < 0 || of_ >= ctx.world_size) fail("of=" + std::to_string(of_) + " is not a rank below the world size");
     }
-    if (mode_ == "wrong_num_replicas") {
+    if (mode_ == Mode::wrong_num_replicas) {
       n_ = integer_param("n", ctx.world_size * 2);
       if (n_ < 1 || n_ == ctx.world_size) fail("n must be >= 1 and differ from the world size");
       if (!spec_.ranks.all && spec_.ranks.max_rank() >= n_)
@@ -35,18 +38,18 @@ class OverlappingShards final : public Fault {
   }
 
   std::string adjust(std::int64_t, Replica&) const override {
-    if (mode_ == "duplicate_rank") return "reads rank " + std::to_string(of_) + "'s shard";
-    if (mode_ == "wrong_num_replicas") return "sampler built with num_replicas=" + std::to_string(n_);
+    if (mode_ == Mode::duplicate_rank) return "reads rank " + std::to_string(of_) + "'s shard";
+    if (mode_ == Mode::wrong_num_replicas) return "sampler built with num_replicas=" + std::to_string(n_);
     return "fixed unshuffled shard, shuffled locally with a per-rank seed";
   }
 
   bool plan_samples(const SampleRequest& req, Replica& r) const override {
     if (!active(req.step, r.rank)) return false;
-    if (mode_ == "duplicate_rank") {
+    if (mode_ == Mode::duplicate_rank) {
       req.shared.micro_batch(static_cast<int>(of_), req.step_in_epoch, req.micro, r.samples);
       return true;
     }
-    if (mode_ == "wrong_num_replicas") {
+    if (mode_ == Mode::wrong_num_replicas) {
       if (!wrong_) {
         SamplerShape shape = req.shared.shape();
         shape.num_replicas = static_cast<int>(n_);
@@ -83,7 +86,7 @@ class OverlappingShards final : public Fault {
     for (std::int64_t i = 0; i < mb; ++i) r.samples[static_cast<std::size_t>(i)] = shard[static_cast<std::size_t>((first + i) % n)];
   }
 
-  std::string mode_;
+  Mode mode_ = Mode::duplicate_rank;
   std::int64_t of_ = 0, n_ = 0;
   mutable std::optional<Sampler> wrong_;
   mutable std::vector<std::vector<std::int64_t>> shards_;

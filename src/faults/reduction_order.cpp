@@ -13,10 +13,12 @@
 namespace divsim {
 namespace {
 
+constexpr std::array<std::string_view, 2> kModes{"bucket", "shuffle"};
+
 class ReductionOrder final : public Fault {
  public:
   ReductionOrder(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    shuffle_ = text_param("mode", "bucket", {"bucket", "shuffle"}) == "shuffle";
+    shuffle_ = choice_param("mode", 0, kModes) == 1;
     cap_mb_ = shuffle_ ? ctx.cfg.dist.bucket_cap_mb : number_param("cap_mb", 1.0);
     finish_params();
     if (!(cap_mb_ > 0.0)) fail("cap_mb must be > 0");

@@ -8,10 +8,12 @@
 namespace divsim {
 namespace {
 
+constexpr std::array<std::string_view, 2> kModes{"own_grad", "stale"};
+
 class SkipRank final : public Fault {
  public:
   SkipRank(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    stale_ = text_param("mode", "own_grad", {"own_grad", "stale"}) == "stale";
+    stale_ = choice_param("mode", 0, kModes) == 1;
     finish_params();
     if (spec_.ranks.all) fail("ranks=all would leave nobody in the allreduce; choose some ranks");
     if (static_cast<int>(spec_.ranks.ranks.size()) >= ctx.world_size) fail("at least one rank must stay in the allreduce");

@@ -8,10 +8,13 @@
 namespace divsim {
 namespace {
 
+constexpr std::array<std::string_view, 3> kFormatNames{"tf32", "bf16", "fp16"};
+constexpr MatmulFormat kFormats[] = {MatmulFormat::tf32, MatmulFormat::bf16, MatmulFormat::fp16};
+
 class Tf32Mismatch final : public Fault {
  public:
   Tf32Mismatch(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    format_ = *enum_from<MatmulFormat>(text_param("format", "tf32", {"tf32", "bf16", "fp16"}));
+    format_ = kFormats[choice_param("format", 0, kFormatNames)];
     finish_params();
   }
   std::string adjust(std::int64_t, Replica& r) const override {

@@ -12,35 +12,40 @@
 namespace divsim {
 namespace {
 
+enum class Stream { init, sampler, dropout, augment };
+constexpr std::array<std::string_view, 4> kStreams{"init", "sampler", "dropout", "augment"};
+constexpr std::array<std::string_view, 2> kModes{"rank_offset", "clock"};
+
 class UnsyncedSeed final : public Fault {
  public:
   UnsyncedSeed(const FaultSpec& spec, std::size_t id, const FaultContext& ctx) : Fault(spec, id, ctx) {
-    stream_ = text_param("stream", "init", {"init", "sampler", "dropout", "augment"});
-    clock_ = text_param("mode", "rank_offset", {"rank_offset", "clock"}) == "clock";
+    stream_ = choice_param("stream", Stream::init, kStreams);
+    clock_ = choice_param("mode", 0, kModes) == 1;
     finish_params();
-    if (stream_ == "dropout" && !ctx.model_has_dropout)
+    if (stream_ == Stream::dropout && !ctx.model_has_dropout)
       fail("stream=dropout needs a model with dropout layers (model.type=" + ctx.cfg.model.type +
            " has none; the mlp has them with model.dropout > 0)");
-    if (stream_ == "augment" && !ctx.cfg.data.augment) fail("stream=augment needs data.augment=true");
-    if (stream_ == "sampler") samplers_.resize(static_cast<std::size_t>(ctx.world_size));
+    if (stream_ == Stream::augment && !ctx.cfg.data.augment) fail("stream=augment needs data.augment=true");
+    if (stream_ == Stream::sampler) samplers_.resize(static_cast<std::size_t>(ctx.world_size));
   }
 
   std::string prepare(Replica& r) const override {
-    if (stream_ != "init") return {};
+    if (stream_ != Stream::init) return {};
     r.init_seed = seed_for(r.rank);
     r.receives_init = false;
     return "init seed " + std::to_string(r.init_seed) + ", rank 0's parameters not broadcast";
   }
 
   std::string adjust(std::int64_t, Replica& r) const override {
-    if (stream_ == "dropout") r.knobs.dropout_seed = seed_for(r.rank);
-    if (stream_ == "augment") r.knobs.augment_seed = seed_for(r.rank);
-    if (stream_ == "init") return {};
-    return stream_ + " seed " + std::to_string(seed_for(r.rank)) + " instead of the shared one";
+    if (stream_ == Stream::dropout) r.knobs.dropout_seed = seed_for(r.rank);
+    if (stream_ == Stream::augment) r.knobs.augment_seed = seed_for(r.rank);
+    if (stream_ == Stream::init) return {};
+    return std::string(kStreams[static_cast<std::size_t>(stream_)]) + " seed " + std::to_string(seed_for(r.rank)) +
+           " instead of the shared one";
   }
 
   bool plan_samples(const SampleRequest& req, Replica& r) const override {
-    if (stream_ != "sampler" || !active(req.step, r.rank)) return false;
+    if (stream_ != Stream::sampler || !active(req.step, r.rank)) return false;
     auto& own = samplers_[static_cast<std::size_t>(r.rank)];
     if (!own) {
       SamplerShape shape = req.shared.shape();
@@ -54,7 +59,7 @@ class UnsyncedSeed final : public Fault {
 
  private:
   std::uint64_t base() const {
-    if (stream_ == "sampler") return ctx_.cfg.sampler.seed;
+    if (stream_ == Stream::sampler) return ctx_.cfg.sampler.seed;
     return ctx_.cfg.run.seed;
   }
   // rank_offset: base + rank (the classic bug); clock: a per-run, per-rank time-derived seed.
@@ -63,7 +68,7 @@ class UnsyncedSeed final : public Fault {
     return (ctx_.nonce ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(rank + 1))) * 0xBF58476D1CE4E5B9ull;
   }
 
-  std::string stream_;
+  Stream stream_ = Stream::init;
   bool clock_ = false;
   mutable std::vector<std::optional<Sampler>> samplers_;
 };
