@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "model/layer.hpp"
+#include "numerics/simd.hpp"
 
 namespace divsim {
 namespace {
@@ -69,18 +70,16 @@ void normalize_plane(const float* __restrict x, float mean, float invstd, float 
 
 // Sums over one channel plane in double, in kLanes independent running sums added in a fixed order at the
 // end: the order depends only on the plane's size, so every rank and chunking sums a sample the same way,
-// and the lanes vectorise without reassociating anything (one chain of dependent double adds per plane
-// was a fifth of a ResNet step). 1d layers (planes of one value) do not come here: they add x itself.
-constexpr std::size_t kLanes = 8;
+// and the lanes vectorise without reassociating anything, where a single running sum would be one chain
+// of dependent adds. 1d layers (planes of one value) do not come here: they add x itself.
+constexpr std::int64_t kLanes = 8;
 constexpr std::size_t kBlock = 256;  // channels whose per-channel constants sit on the stack at once
 
 template <class Term>
 double plane_sum(std::size_t n, Term term) {
   double lane[kLanes] = {};
-  std::size_t s = 0;
-  for (; s + kLanes <= n; s += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) lane[j] += term(s + j);
-  for (std::size_t j = 0; s < n; ++s, ++j) lane[j] += term(s);
+  for_lanes<kLanes>(static_cast<std::int64_t>(n),
+                    [&](std::int64_t s, std::int64_t j) { lane[j] += term(static_cast<std::size_t>(s)); });
   double total = 0.0;
   for (double v : lane) total += v;
   return total;
