@@ -56,7 +56,7 @@ inline V vload(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline V vset(float x) { return {_mm512_set1_ps(x)}; }
 inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
-inline void vkeep(V& a) { asm("" : "+v"(a.v)); }
+inline void vkeep(V& a) { asm("" : "+v"(a.v)); }  // pins a value in a register (an empty asm reads it there)
 // Register tiles: forward/input products kMR rows x kNV vectors, weight gradient kGR rows x kGN taps.
 constexpr int kMR = 4, kNV = 6, kGR = 4, kGN = 6;
 // Channel-vectorised tiles (kCR positions or taps x 2 vectors of channels, kCR4 x 4), 4 only on AVX-512.
@@ -176,6 +176,8 @@ void gradient_tile(const float* dy, std::int64_t ldd, std::int64_t dy_step, cons
       for (int i = 0; i < MR; ++i) g[i] = vload(d + i * ldd + v * kLanes);
       for (int j = 0; j < NR; ++j) {
         V x = vload(b + off[j] + v * kLanes);
+        // In a register: GCC otherwise folds this unaligned load into each of the MR FMAs as a memory
+        // operand, MR loads where one does, and the kernel becomes load-bound.
         vkeep(x);
         for (int i = 0; i < MR; ++i) a[i][j] = vfma(g[i], x, a[i][j]);
       }
