@@ -23,7 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   require(f.every >= 1 && f.start >= 0 && (f.stop < 0 || f.stop > f.start), "window bounds are valid");
   require(f.prob > 0.0 && f.prob <= 1.0, "prob in (0,1]");
   const divsim::FaultSpec again = divsim::parse_fault_spec("x:ranks=" + f.ranks.text());
-  require(again.ranks.all == f.ranks.all && again.ranks.ranks == f.ranks.ranks, "rank text round-trips");
+  require(again.ranks.all == f.ranks.all && again.ranks.runs == f.ranks.runs, "rank text round-trips");
+  for (std::size_t i = 0; i < f.ranks.runs.size(); ++i)
+    require(f.ranks.runs[i].first <= f.ranks.runs[i].last &&
+                (i == 0 || f.ranks.runs[i].first > f.ranks.runs[i - 1].last + 1),
+            "rank runs are sorted, disjoint and merged");
   const std::int64_t next = f.start <= std::numeric_limits<std::int64_t>::max() - f.every ? f.start + f.every : f.start;
   for (const std::int64_t step : {f.start - 1, f.start, next, f.stop - 1, f.stop})
     if (f.in_window(step))

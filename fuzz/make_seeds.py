@@ -45,6 +45,8 @@ def main():
     put("cli", "nameless", "--=\n--=1\n--\n--run.out=")  # "--=" once escaped the parser (found by fuzz.cli)
     put("cli", "choices", "--optim.type=adamw\n--schedule.type=step\n--dist.reduce=deterministic\n--precision.amp=fp16")
     put("cli", "print_config", "--print-config\n--batch.global=64\n--batch.accum_steps=2")
+    # Wide ranges once made parsing expand a million ranks per item (found by fuzz.cli)
+    put("cli", "wide_ranks", "--fault=bitflip:bit=30,ranks=0-1048575+0-1048575+0-1048575+0-1048575+0-1048575+0-1048575")
     put("cli", "near_miss", "--optim.lr=nan\n--optim.lr=0.1\n--no.such=1")
     # INI files: the scenarios of inputs/ and a few crafted ones
     for path in [os.path.join(INPUTS, "baseline.ini")] + sorted(glob.glob(os.path.join(INPUTS, "faults", "*.ini")))[:4]:
@@ -56,6 +58,7 @@ def main():
         for i, spec in enumerate(re.findall(r"^fault\s*=\s*(.+)$", open(path).read(), re.M)):
             put("fault_spec", f"{os.path.basename(path)[:-4]}_{i}", spec.strip())
     put("fault_spec", "all_keys", "bitflip:ranks=0+2-5,start=3,stop=10,every=2,prob=0.25,bit=7")
+    put("fault_spec", "wide_ranks", "bitflip:ranks=0-1048575+0-1048575+0-1048575+0-1048575+0-1048575+1-9")
     put("fault_spec", "bad_range", "skip_rank:ranks=3-1")
     # IDX pairs: 2-byte little-endian length of the image part, the image file, the label file
     images = struct.pack(">IIII", 0x803, 3, 4, 4) + bytes(range(48))

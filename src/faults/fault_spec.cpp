@@ -67,6 +67,7 @@ RankSet parse_rank_set(std::string_view text, const std::string& spec) {
   RankSet set;
   if (text == "all") return set;
   set.all = false;
+  std::vector<RankSet::Run> items;
   std::string_view rest = text;
   while (true) {
     const auto plus = rest.find('+');
@@ -83,33 +84,45 @@ RankSet parse_rank_set(std::string_view text, const std::string& spec) {
       last = parse_rank(upper, item, spec);
       if (last < first) throw rank_error(spec, "range '" + std::string(item) + "' ends before it starts");
     }
-    for (int r = first; r <= last; ++r) set.ranks.push_back(r);
+    items.push_back({first, last});
     if (plus == std::string_view::npos) break;
     rest = rest.substr(plus + 1);
   }
-  std::sort(set.ranks.begin(), set.ranks.end());
-  set.ranks.erase(std::unique(set.ranks.begin(), set.ranks.end()), set.ranks.end());
+  std::sort(items.begin(), items.end(), [](const RankSet::Run& a, const RankSet::Run& b) { return a.first < b.first; });
+  for (const RankSet::Run& item : items) {
+    if (!set.runs.empty() && item.first <= set.runs.back().last + 1)
+      set.runs.back().last = std::max(set.runs.back().last, item.last);
+    else
+      set.runs.push_back(item);
+  }
   return set;
 }
 
 }  // namespace
 
 bool RankSet::contains(int rank) const {
-  return all || std::binary_search(ranks.begin(), ranks.end(), rank);
+  if (all) return true;
+  // The first run that ends at or after `rank` is the only one that can hold it.
+  const auto it = std::lower_bound(runs.begin(), runs.end(), rank, [](const Run& r, int v) { return r.last < v; });
+  return it != runs.end() && it->first <= rank;
 }
 
-int RankSet::max_rank() const { return all || ranks.empty() ? -1 : ranks.back(); }
+int RankSet::max_rank() const { return all || runs.empty() ? -1 : runs.back().last; }
+
+std::int64_t RankSet::count() const {
+  if (all) return -1;
+  std::int64_t n = 0;
+  for (const Run& r : runs) n += std::int64_t{r.last} - r.first + 1;
+  return n;
+}
 
 std::string RankSet::text() const {
   if (all) return "all";
   std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+  for (const Run& r : runs) {
     if (!out.empty()) out += '+';
-    out += std::to_string(ranks[i]);
-    if (j > i) out += '-' + std::to_string(ranks[j]);
-    i = j + 1;
+    out += std::to_string(r.first);
+    if (r.last > r.first) out += '-' + std::to_string(r.last);
   }
   return out;
 }

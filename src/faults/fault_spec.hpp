@@ -12,13 +12,21 @@
 namespace divsim {
 
 // Which ranks a fault acts on: "all" | "N" | "A-B" (inclusive) | items joined by '+', e.g. "0+3-5".
+// Held as inclusive runs, not one entry per rank: "0-1048575" is one run, so parsing stays linear in
+// the text however wide the ranges are.
 struct RankSet {
+  struct Run {
+    int first;
+    int last;  // inclusive
+    bool operator==(const Run&) const = default;
+  };
   bool all = true;
-  std::vector<int> ranks;  // sorted, unique, when !all
+  std::vector<Run> runs;  // when !all: sorted, disjoint, and no two adjacent (merged)
 
   bool contains(int rank) const;
   int max_rank() const;      // -1 when all
-  std::string text() const;  // canonical text: "all", or runs of >= 2 consecutive ranks as A-B joined by '+'
+  std::int64_t count() const;  // ranks named; -1 when all
+  std::string text() const;  // canonical text: "all", or runs as N / A-B joined by '+'
 };
 
 struct FaultSpec {

@@ -16,7 +16,7 @@ class SkipRank final : public Fault {
     stale_ = choice_param("mode", 0, kModes) == 1;
     finish_params();
     if (spec_.ranks.all) fail("ranks=all would leave nobody in the allreduce; choose some ranks");
-    if (static_cast<int>(spec_.ranks.ranks.size()) >= ctx.world_size) fail("at least one rank must stay in the allreduce");
+    if (spec_.ranks.count() >= ctx.world_size) fail("at least one rank must stay in the allreduce");
   }
   bool log_every_step() const override { return true; }
   bool needs_last_gradient() const override { return stale_; }

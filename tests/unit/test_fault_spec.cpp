@@ -44,7 +44,7 @@ TEST(FaultSpec, CommonAndSpecificKeys) {
   EXPECT_EQ(f.text, text);
   EXPECT_EQ(f.name, "bitflip");
   EXPECT_FALSE(f.ranks.all);
-  EXPECT_EQ(f.ranks.ranks, (std::vector<int>{1, 3, 4, 5}));
+  EXPECT_EQ(f.ranks.runs, (std::vector<RankSet::Run>{{1, 1}, {3, 5}}));
   EXPECT_EQ(f.start, 10);
   EXPECT_EQ(f.stop, 20);
   EXPECT_EQ(f.every, 2);
@@ -62,7 +62,7 @@ TEST(FaultSpec, CommonAndSpecificKeys) {
 TEST(FaultSpec, BlanksAroundItemsAreIgnored) {
   const FaultSpec f = parse_fault_spec("loss_skew: ranks = 2 , margin = 0.1");
   EXPECT_EQ(f.name, "loss_skew");
-  EXPECT_EQ(f.ranks.ranks, (std::vector<int>{2}));
+  EXPECT_EQ(f.ranks.runs, (std::vector<RankSet::Run>{{2, 2}}));
   EXPECT_EQ(f.param_double("margin", 0.0), 0.1);
 }
 
@@ -147,7 +147,8 @@ TEST(RankSet, DefaultIsAll) {
 
 TEST(RankSet, ListsRangesAndCanonicalText) {
   const RankSet r = parse_fault_spec("x:ranks=7+2-4+3+0").ranks;
-  EXPECT_EQ(r.ranks, (std::vector<int>{0, 2, 3, 4, 7}));  // sorted, unique
+  EXPECT_EQ(r.runs, (std::vector<RankSet::Run>{{0, 0}, {2, 4}, {7, 7}}));  // sorted, merged
+  EXPECT_EQ(r.count(), 5);
   for (int rank = 0; rank < 10; ++rank)
     EXPECT_EQ(r.contains(rank), rank == 0 || (rank >= 2 && rank <= 4) || rank == 7) << rank;
   EXPECT_EQ(r.max_rank(), 7);
@@ -155,9 +156,20 @@ TEST(RankSet, ListsRangesAndCanonicalText) {
   EXPECT_EQ(parse_fault_spec("x:ranks=5").ranks.text(), "5");
   EXPECT_EQ(parse_fault_spec("x:ranks=3+1+2").ranks.text(), "1-3");
   EXPECT_EQ(parse_fault_spec("x:ranks=0+2").ranks.text(), "0+2");
-  EXPECT_EQ(parse_fault_spec("x:ranks=4-4").ranks.ranks, (std::vector<int>{4}));
+  EXPECT_EQ(parse_fault_spec("x:ranks=4-4").ranks.runs, (std::vector<RankSet::Run>{{4, 4}}));
+  EXPECT_EQ(parse_fault_spec("x:ranks=5-9+0-3+4").ranks.text(), "0-9");  // adjacent and overlapping runs merge
+  EXPECT_EQ(parse_fault_spec("x:ranks=2-6+3-4").ranks.text(), "2-6");
   // The canonical text parses back to the same set.
-  EXPECT_EQ(parse_fault_spec("x:ranks=" + r.text()).ranks.ranks, r.ranks);
+  EXPECT_EQ(parse_fault_spec("x:ranks=" + r.text()).ranks.runs, r.runs);
+}
+
+// A spec of a few bytes can name a million ranks several times over; parsing must not expand them.
+TEST(RankSet, WideRangesStayRuns) {
+  const RankSet r = parse_fault_spec("x:ranks=0-1048575+0-1048575+0-1048575+0-1048575+5-1048575").ranks;
+  EXPECT_EQ(r.runs.size(), 1u);
+  EXPECT_EQ(r.count(), 1048576);
+  EXPECT_TRUE(r.contains(1048575));
+  EXPECT_FALSE(r.contains(1048576));
 }
 
 TEST(RankSet, CheckAgainstWorldSize) {
