@@ -3,7 +3,7 @@ as Findings keyed by the rows of evidence.WEIGHTS.
 
 Within one run (seed 000 §1.2's checklist, seed 002 §3.2): replica consistency from
 /train/param_hash, the gradient each replica applied, learning-rate and loss-scale agreement, the
-learning rate against the configured schedule, shard overlap from /train/samples, BatchNorm running
+learning rate against the configured schedule (/schedule/lr), shard overlap from /train/samples, BatchNorm running
 statistics (eval results that differ between replicas with equal parameters), per-rank loss and
 grad-norm outliers, spikes and non-finite values, the seed-002 sawtooth, and generic events. Against a
 reference: the phase, layer and size of the first difference (compare.py) and a differing world size
@@ -17,7 +17,6 @@ finding means for the causes is evidence.py's business, not this module's.
 """
 import warnings
 from dataclasses import dataclass, field
-from math import cos, pi
 
 import numpy as np
 
@@ -68,24 +67,6 @@ def _disagree_rows(values):
 def _odd_ranks(row):
     groups = rank_groups(row)
     return sorted(r for g in groups[1:] for r in g), groups
-
-
-def scheduled_lr(config, step, total_steps):
-    """The learning rate the configured schedule gives at `step` (optim/schedule.cpp)."""
-    base = config.get("optim.lr")
-    warmup = config.get("schedule.warmup_steps", 0)
-    kind = config.get("schedule.type", "constant")
-    if step < warmup:
-        return base * (step + 1) / warmup
-    s = step - warmup
-    if kind == "constant":
-        return base
-    if kind == "step":
-        return base * config.get("schedule.gamma") ** (s // config.get("schedule.step_size"))
-    if kind == "cosine":
-        lo = config.get("schedule.min_lr", 0.0)
-        return lo + 0.5 * (base - lo) * (1.0 + cos(pi * s / max(1, total_steps - warmup)))
-    return None
 
 
 # --- within one run ------------------------------------------------------------------------------
@@ -220,12 +201,11 @@ def lr_findings(run):
         s = int(steps[rows[0]])
         out.append(Finding("lr_disagree", s, odd, f"at step {s} the ranks used different learning rates "
                            f"({lr[rows[0]].min():.6g}..{lr[rows[0]].max():.6g}) on {len(rows)} steps"))
-    total = run.config.get("train.steps", 0) or (len(steps) if not run.partial else 0)
-    if not total or run.config.get("optim.lr") is None:
+    # /schedule/lr is the configured schedule of every step, written by the code the optimizers use.
+    table = run.values("schedule/lr") if run.has("schedule/lr") else np.empty(0)
+    if not len(table) or steps.max() >= len(table):
         return out
-    expected = np.array([scheduled_lr(run.config, int(s), total) for s in steps], dtype=float)
-    if np.isnan(expected).any():
-        return out
+    expected = table[steps]
     off = ~np.isclose(lr, expected[:, None], rtol=1e-9, atol=1e-15)
     if not off.any():
         return out
@@ -234,8 +214,6 @@ def lr_findings(run):
     ranks = np.flatnonzero(off[i]).tolist()
     value = lr[i, ranks[0]]
     # Which step of the schedule gives this lr? Earlier: it restarted; later: it is stepped too often.
-    horizon = total * max(1, run.config.get("batch.accum_steps", 1)) + 1
-    table = np.array([scheduled_lr(run.config, k, total) for k in range(horizon)])
     matches = np.flatnonzero(np.isclose(table, value, rtol=1e-9, atol=1e-15))
     detail = f"from step {s} ranks {ranks} used lr {value:.6g} where the schedule gives {expected[i]:.6g}"
     if len(matches):

@@ -31,4 +31,10 @@ double scheduled_lr(const ScheduleSection& cfg, double base_lr, std::int64_t ste
   throw std::logic_error("unknown schedule.type");
 }
 
+std::vector<double> schedule_table(const ScheduleSection& cfg, double base_lr, std::int64_t total_steps) {
+  std::vector<double> lr(static_cast<std::size_t>(std::max<std::int64_t>(total_steps, 0)));
+  for (std::size_t t = 0; t < lr.size(); ++t) lr[t] = scheduled_lr(cfg, base_lr, static_cast<std::int64_t>(t), total_steps);
+  return lr;
+}
+
 }  // namespace divsim

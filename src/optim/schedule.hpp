@@ -2,6 +2,7 @@
 // Learning-rate schedules: a pure function of the optimizer step, so a resumed (or a deliberately
 // stale) scheduler is just a different step number. No scheduler object, no state.
 #include <cstdint>
+#include <vector>
 
 #include "config/run_config.hpp"
 
@@ -14,5 +15,8 @@ namespace divsim {
 //  (equal to min_lr at step == total_steps, like torch's CosineAnnealingLR at T_max).
 // Throws std::invalid_argument naming the schedule.* key on an unknown type or step_size < 1.
 double scheduled_lr(const ScheduleSection& cfg, double base_lr, std::int64_t step, std::int64_t total_steps);
+
+// scheduled_lr of steps 0..total_steps-1: the run's /schedule/lr, which the analysis compares /train/lr with.
+std::vector<double> schedule_table(const ScheduleSection& cfg, double base_lr, std::int64_t total_steps);
 
 }  // namespace divsim

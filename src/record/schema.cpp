@@ -67,6 +67,9 @@ constexpr DatasetSchema kDatasets[] = {
      "32), detail (string 224); kinds: fault activations (kind = the fault's name), `overflow_skip`, `nonfinite`"},
     {DatasetId::faults, "/faults", compound, "fault", "table", kAlways,
      "the injected faults as configured: name, ranks, spec (as given), start, stop (-1 = end), every, prob"},
+    {DatasetId::schedule_lr, "/schedule/lr", float64, "step", "[T]", kAlways,
+     "the learning rate the configured schedule gives each optimizer step 0..T-1 of the run (`optim/schedule.hpp`, "
+     "after `batch.lr_scaling`), computed by the code the optimizers use; `/train/lr` is what each rank used"},
     {DatasetId::init, "/init/<layer>/<param>", float32, "", "PyTorch shape", "`record.init_params=true`",
      "rank 0's initial parameters, before step 0, for replays; `<layer>.<param>` is the PyTorch state_dict key "
      "split at its last dot (`/init/layer1.0.conv1/weight`, `/init/transformer.wte/weight`); `dims` is `out,in` "

@@ -24,7 +24,7 @@ enum class DatasetId {
   train_param_hash, train_lr, train_loss_scale, train_samples,
   layers_names, layers_step, layers_forward, layers_backward, layers_grad_norm,
   eval_step, eval_loss, eval_accuracy,
-  events, faults, init,
+  events, faults, schedule_lr, init,
 };
 
 struct DatasetSchema {

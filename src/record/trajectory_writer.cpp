@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 constexpr hsize_t kMaxChunkBytes = hsize_t{16} << 20;  // readers fetch whole chunks: keep them modest
 constexpr hsize_t kEventChunkRows = 256;
 constexpr const char* kStats[] = {"mean", "std", "min", "max", "l2"};
-constexpr std::uint32_t kJournalFormat = 1;  // bump when the journal payloads change
+constexpr std::uint32_t kJournalFormat = 2;  // bump when the journal payloads change
 constexpr hsize_t kNumStats = std::size(kStats);
 
 template <class T>
@@ -242,6 +242,13 @@ TrajectoryWriter::TrajectoryWriter(MPI_Comm comm, const std::string& final_path,
   const h5::Dataset names_dset =
       create_fixed(file_, names_path, name_type, {L}, names_schema.dims, names_schema.description);
   write_from_root(comm_, names_dset, name_type, names.data(), L, proc_, collective_, names_path, partial_path_);
+
+  const schema::DatasetSchema& lr_schema = schema::dataset(D::schedule_lr);
+  const std::string lr_path(lr_schema.path);
+  const hsize_t T = layout_.schedule_lr.size();
+  const h5::Dataset lr_dset = create_fixed(file_, lr_path, file_type(lr_schema), {T}, lr_schema.dims, lr_schema.description);
+  write_from_root(comm_, lr_dset, H5T_NATIVE_DOUBLE, layout_.schedule_lr.data(), T, proc_, collective_, lr_path,
+                  partial_path_);
 
   // /events: packed compound in the file; EventRecord (with padding) in memory.
   const h5::Datatype kind_type = h5::fixed_string_type(kEventKindSize);
@@ -587,6 +594,7 @@ std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& at
   h.put(layout_.flush_every);
   h.put<std::uint64_t>(layout_.layer_names.size());
   for (const auto& n : layout_.layer_names) h.put_string(n);
+  h.put_span(std::span<const double>(layout_.schedule_lr));
   for (const std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
     h.put_string(*s);
   h.put<std::uint64_t>(attrs.extra.size());
@@ -694,6 +702,7 @@ TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal,
   layout.flush_every = h.get<std::int64_t>();
   layout.layer_names.resize(h.get<std::uint64_t>());
   for (auto& n : layout.layer_names) n = h.get_string();
+  layout.schedule_lr = h.get_vector<double>();
   RootAttributes attrs;
   for (std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
     *s = h.get_string();

@@ -41,6 +41,7 @@ struct TrajectoryLayout {
   std::vector<std::string> layer_names;  // L
   std::int64_t chunk_steps = 256;        // chunk length along the step axis
   std::int64_t flush_every = 100;        // write buffered rows + H5Fflush every N appended train steps
+  std::vector<double> schedule_lr;       // /schedule/lr: the configured learning rate of every step (T)
 };
 
 struct RootAttributes {  // written to / as attributes (all processes pass identical values)

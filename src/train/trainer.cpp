@@ -4,11 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "comm/collectives.hpp"
@@ -27,8 +25,6 @@
 #include "optim/grad_scaler.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
-#include "record/environment.hpp"
-#include "record/json.hpp"
 #include "record/output_path.hpp"
 #include "record/trajectory_writer.hpp"
 #include "train/batch_plan.hpp"
@@ -37,10 +33,10 @@
 #include "train/checkpoint.hpp"
 #include "train/memory_budget.hpp"
 #include "train/run_edge.hpp"
+#include "train/run_output.hpp"
 #include "train/step_engine.hpp"
 #include "train/termination.hpp"
 #include "train/watchdog.hpp"
-#include "record/recorded_run.hpp"
 #ifdef DIVSIM_HAVE_CUDA
 #include "gpu_engine.hpp"
 #include "nccl_reducer.hpp"
@@ -119,52 +115,10 @@ std::vector<std::int64_t> product_rows(const Model& model, std::int64_t micro_ba
   return rows;
 }
 
-// The HDF5 dims attribute of a parameter tensor in PyTorch's layout.
-std::string tensor_dims(const ParamTensor& t) {
-  switch (t.shape.size()) {
-    case 1: return "feature";
-    case 2: return "out,in";
-    case 4: return "out,in,kh,kw";
-    default: return "dim" + std::to_string(t.shape.size());
-  }
-}
-
-// The state_dict key split at its last dot, module / parameter as PyTorch nests them
-// (/init/transformer.wte/weight for a layer "transformer" with a tensor "wte.weight").
-std::string init_path(const ParamTensor& t) {
-  const std::string key = t.key();
-  const std::size_t dot = key.rfind('.');
-  return "/init/" + key.substr(0, dot) + "/" + key.substr(dot + 1);
-}
-
-// /init: rank 0's initial parameters, one dataset per tensor.
-void write_init(TrajectoryWriter& writer, const ParamTensor& t, std::span<const float> values) {
-  writer.write_array(init_path(t), values, t.shape, tensor_dims(t),
-                     "rank 0's initial " + t.key() + " (PyTorch layout), before step 0");
-}
-
 // A sample's shape as the models see it: (channels, height, width) for images, flat features otherwise.
 Shape sample_shape(const Dataset& d) {
   if (d.height == 0) return {d.dim};
   return {d.dim / (d.height * d.width), d.height, d.width};
-}
-
-std::string iso_time_utc() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// The configuration a checkpoint must match: the effective INI without run.resume.
-std::string config_identity(const RunConfig& cfg) {
-  std::string ini = to_ini(cfg), out;
-  std::istringstream in(ini);
-  for (std::string line; std::getline(in, line);)
-    if (!line.starts_with("resume =")) out += line + "\n";
-  return out;
 }
 
 class Progress {
@@ -240,8 +194,6 @@ class Run {
   bool stop_or_checkpoint(TrajectoryWriter& writer, std::int64_t step);  // true: stop after this step
 
   void checkpoint(TrajectoryWriter& writer, std::int64_t step);
-  void replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const;
-  std::string resume_source() const { return cfg_.output_path() + ".resume-src"; }
   bool handle_nonfinite(std::int64_t step);
   void broadcast_buffers();
   std::uint64_t replica_bytes() const;  // a lower bound on one replica's memory
@@ -253,7 +205,6 @@ class Run {
   MemoryBudget memory_;
   DataSplits data_;
   Model model_;
-  bool deterministic_ = false;
   // The step's loss normalisation (normalise_loss) and how the reduction mode splits it.
   double rank_scale_ = 1.0;
   Normalisation norm_;
@@ -340,7 +291,8 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
                                         " have " + std::to_string(data_.train.targets) +
                                         (data_.train.targets > 1 ? " (sequences: use model.type=gpt)" : ""));
   const ReduceMode mode = cfg_.dist.reduce;
-  deterministic_ = mode == ReduceMode::deterministic;
+  // Set-up only: what the deterministic reducer needs of the engine, the sampler's order and the tree.
+  const bool deterministic = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
   if (model_.has_batch_statistics() && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
@@ -352,15 +304,15 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
 
   EngineSettings es;
   es.plan = plan_;
-  es.deterministic = deterministic_;
-  es.chunk = deterministic_ ? deterministic_chunk(cfg_.dist.det_chunk, plan_.micro_batch, plan_.world_size,
+  es.deterministic = deterministic;
+  es.chunk = deterministic ? deterministic_chunk(cfg_.dist.det_chunk, plan_.micro_batch, plan_.world_size,
                                                   comparable_micro_batches(cfg_))
                             : plan_.micro_batch;
   es.sync_bn = cfg_.dist.sync_bn;
   es.augment = cfg_.data.augment;
   // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
   // the chunk); the other products may take the whole micro-batch where a row's bits do not change.
-  if (deterministic_ && cfg_.run.device != Device::cuda) es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
+  if (deterministic && cfg_.run.device != Device::cuda) es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
 
   try {
     sampler_ = std::make_unique<Sampler>(
@@ -371,7 +323,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     throw ConfigError("batch.global", e.what());
   }
   steps_per_epoch_ = sampler_->steps_per_epoch();
-  if (deterministic_ && cfg_.sampler.mode == SamplerMode::distributed && es.chunk < plan_.micro_batch) {
+  if (deterministic && cfg_.sampler.mode == SamplerMode::distributed && es.chunk < plan_.micro_batch) {
     // Local row j holds global position r + W*j of its micro-window; chunk q of this rank is the rows
     // q + t*(mb/c), t = 0..c-1, i.e. positions spaced mb*W/c apart: the same set at every W.
     const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(es.chunk);
@@ -392,7 +344,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   reduce_layout_.share_node_memory = cfg_.dist.shared_memory;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
-  if (deterministic_)
+  if (deterministic)
     plan_tree(reduce_layout_, cfg_.sampler.mode == SamplerMode::distributed, static_cast<std::size_t>(plan_.micro_batch / es.chunk),
               static_cast<std::size_t>(plan_.accum_steps));
   if (cfg_.run.device != Device::cuda && cfg_.dist.backend != CommBackend::nccl) pair_tree_siblings(reduce_layout_, es, model_);
@@ -458,7 +410,8 @@ std::uint64_t Run::replica_bytes() const {
 }
 
 std::unique_ptr<TrajectoryWriter> Run::open_output() const {
-  TrajectoryLayout tl;
+  OutputPlan out{cfg_, comm_, proc_.process, {}, model_, data_, {}, resume_ ? &*resume_ : nullptr};
+  TrajectoryLayout& tl = out.layout;
   tl.world_size = proc_.world_size;
   tl.rank_begin = proc_.rank_begin;
   tl.rank_count = proc_.rank_count;
@@ -467,70 +420,9 @@ std::unique_ptr<TrajectoryWriter> Run::open_output() const {
   for (const Node& n : model_.nodes()) tl.layer_names.push_back(n.layer->name());
   tl.chunk_steps = cfg_.record.chunk_steps;
   tl.flush_every = cfg_.record.flush_every;
-  RootAttributes attrs = environment_attributes(comm_);
-  attrs.config = to_ini(cfg_);
-  attrs.extra["model"] = model_.to_json(cfg_.model.type);
-  std::string created = proc_.process == 0 ? iso_time_utc() : std::string();
-  created.resize(32);
-  MPI_Bcast(created.data(), 32, MPI_CHAR, 0, comm_);
-  attrs.created = created.c_str();
-  attrs.extra["data"] = data_.description;
-  if (!data_.train.vocabulary.empty()) {
-    std::string v = "[";
-    for (std::size_t i = 0; i < data_.train.vocabulary.size(); ++i) v += (i ? ", " : "") + json_string(data_.train.vocabulary[i]);
-    attrs.extra["vocabulary"] = v + "]";
-  }
-  std::vector<FaultRow> rows;
-  for (const auto& f : faults_->rows()) rows.push_back({f.name, f.ranks, f.spec, f.start, f.stop, f.every, f.prob});
-  if (!resume_) return std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
-
-  // Resume: the interrupted .partial becomes the replay source (unless an earlier resume already moved
-  // it and was interrupted itself), its rows up to the checkpoint go through a new writer, then it goes.
-  namespace fs = std::filesystem;
-  if (proc_.process == 0 && !fs::exists(resume_source())) {
-    std::error_code ec;
-    fs::rename(cfg_.output_path() + ".partial", resume_source(), ec);
-    if (ec) throw IoError("cannot resume: the trajectory '" + cfg_.output_path() + ".partial' is missing (" + ec.message() + ")");
-  }
-  MPI_Barrier(comm_);
-  attrs.created = read_recorded_run(resume_source(), tl, 0, 0, 0).created;
-  auto writer = std::make_unique<TrajectoryWriter>(comm_, cfg_.output_path(), cfg_.run.overwrite, tl, attrs, rows);
-  replay(*writer, tl);
-  writer->flush();
-  if (proc_.process == 0) std::filesystem::remove(resume_source());
-  return writer;
-}
-
-// The rows of the interrupted run up to its checkpoint, appended in the order the run appended them.
-void Run::replay(TrajectoryWriter& writer, const TrajectoryLayout& layout) const {
-  const RecordedRun old = read_recorded_run(resume_source(), layout, resume_->train_rows, resume_->layer_rows,
-                                            resume_->eval_rows);
-  const auto R = static_cast<std::size_t>(proc_.rank_count), L = layout.layer_names.size();
-  const auto B = static_cast<std::size_t>(layout.samples_per_step);
-  auto slice = [](const auto& v, std::size_t row, std::size_t width) {
-    return std::span(v.data() + row * width, width);
-  };
-  if (cfg_.record.init_params)
-    for (const ParamTensor& t : model_.tensors()) write_init(writer, t, read_recorded_array(resume_source(), init_path(t), t.size));
-  std::size_t e = 0, lrow = 0, erow = 0;
-  for (std::size_t row = 0; row < static_cast<std::size_t>(old.rows); ++row) {
-    const std::int64_t step = old.step[row];
-    for (; e < old.events.size() && old.events[e].step == step; ++e)
-      if (proc_.process == 0) writer.add_event(step, old.events[e].rank, old.events[e].kind, old.events[e].detail);
-    writer.append_train(TrainRow{step, old.global_loss[row], slice(old.cols[0], row, R), slice(old.cols[1], row, R),
-                                 slice(old.cols[2], row, R), slice(old.cols[3], row, R), slice(old.cols[4], row, R),
-                                 slice(old.cols[5], row, R), slice(old.param_hash, row, R),
-                                 layout.record_samples ? slice(old.samples, row, R * B) : std::span<const std::int64_t>()});
-    if (lrow < old.layer_step.size() && old.layer_step[lrow] == step) {
-      writer.append_layers(step, slice(old.forward, lrow, R * L * kStatCount), slice(old.backward, lrow, R * L * kStatCount),
-                           slice(old.layer_grad_norm, lrow, R * L));
-      ++lrow;
-    }
-    if (erow < old.eval_step.size() && old.eval_step[erow] == step) {
-      writer.append_eval(step, slice(old.eval_loss, erow, R), slice(old.eval_accuracy, erow, R));
-      ++erow;
-    }
-  }
+  tl.schedule_lr = schedule_table(cfg_.schedule, cfg_.optim.lr * lr_factor_, total_steps_);
+  for (const auto& f : faults_->rows()) out.faults.push_back({f.name, f.ranks, f.spec, f.start, f.stop, f.every, f.prob});
+  return divsim::open_output(out);
 }
 
 // After step `step`: flush the trajectory so it holds every row the checkpoint claims, then save.
@@ -800,9 +692,7 @@ RunSummary Run::train(TrajectoryWriter& writer, Watchdog& watchdog) {
     for (Replica& r : replicas_)
       if (r.receives_init) r.params = rank0;
   }
-  if (cfg_.record.init_params && !resume_)
-    for (const ParamTensor& t : model_.tensors())
-      write_init(writer, t, std::span<const float>(replicas_[0].params.data() + t.offset, t.size));
+  if (cfg_.record.init_params && !resume_) write_initial_parameters(writer, model_, replicas_[0].params);
   const std::size_t L = model_.size(), R = replicas_.size(), np = model_.num_params();
   const auto parts = static_cast<std::size_t>(engine_->grad_parts());
   if (faults_->needs_last_gradient())

@@ -6,14 +6,14 @@ import pytest
 
 import divsim
 from conftest import add_table_rows
-from divsim.detectors import scheduled_lr
 from divsim.evidence import NAMED_WEIGHTS, WEIGHTS
 
 CLEAN = {  # name: (run arguments, processes, logical world size)
     "base": ([], 2, None),
     "base4": ([], 2, 4),
     "w1_seed3": (["--run.seed=3", "--sampler.seed=3"], 1, None),
-    "w3_nodrop": (["--batch.global=120", "--batch.drop_last=false", "--run.seed=2"], 1, 3),
+    "w3_nodrop": (["--batch.global=120", "--batch.drop_last=false", "--run.seed=2", "--batch.lr_scaling=linear",
+                   "--batch.base_global=64"], 1, 3),
     "w8_seed1": (["--run.seed=1", "--sampler.seed=1"], 2, 8),
     "bn_dropout_augment": (["--model.batchnorm=true", "--model.dropout=0.2", "--data.augment=true"], 2, None),
     "adamw_step_clip_accum": (["--optim.type=adamw", "--optim.lr=0.002", "--schedule.type=step",
@@ -44,11 +44,18 @@ def test_clean_run_against_its_baseline_has_no_cause(runs, base):
     assert d.causes == [] and d.divergence is None and d.symptom == "none"
 
 
-def test_schedule_mirror_matches_the_recorded_lr(runs):
-    for name in ("base", "adamw_step_clip_accum", "deterministic_global_batch"):
+def test_schedule_table_is_what_clean_ranks_used(runs):
+    """/schedule/lr (what lr_findings compares with) is bit for bit the lr every rank of a clean run used,
+    warmup, step decay, cosine and batch.lr_scaling included."""
+    for name in ("base", "w3_nodrop", "adamw_step_clip_accum", "deterministic_global_batch"):
         run = divsim.load(_clean(runs, name))
-        expected = [scheduled_lr(run.config, int(s), 40) for s in run.steps]
-        np.testing.assert_allclose(run.values("train/lr")[:, 0], expected, rtol=1e-12)
+        table = run.values("schedule/lr")
+        meta = run.describe().set_index("dataset")
+        assert len(table) == run.config.get("train.steps") and meta.loc["schedule/lr", "dims"] == "step", name
+        assert (run.values("train/lr") == table[run.steps][:, None]).all(), name
+    # cosine from optim.lr * 120 / 64 (batch.lr_scaling=linear): steps 0 and 1 pin both the base and the scaling
+    w3 = divsim.load(_clean(runs, "w3_nodrop")).values("schedule/lr")
+    assert w3[0] == 0.05 * 120 / 64 and w3[1] == pytest.approx(0.05 * 120 / 64 * 0.5 * (1 + np.cos(np.pi / 40)), rel=1e-14)
 
 
 def test_bn_without_buffer_broadcast_is_bn_drift(runs):
