@@ -4,14 +4,9 @@
 #   --check: write nothing; exit 1 with a diff when docs/configuration.md is not what it would write
 #   (CTest docs.configuration runs this)
 set -euo pipefail
-divsim=build/divsim
-check=""
-for a in "$@"; do
-  case $a in
-    --check) check=1 ;;
-    *) divsim=$a ;;
-  esac
-done
+tool=build/divsim
+source "$(dirname "$0")/generated-doc.sh"
+parse_doc_args "$@"
 cd "$(dirname "$0")/.."
 generate() {
   cat <<'HEAD'
@@ -27,14 +22,7 @@ and the command line are all applied, files first.
 
 ```text
 HEAD
-  "$divsim" --help | sed '1,2d'
+  "$tool" --help | sed '1,2d'
   echo '```'
 }
-if [[ -n $check ]]; then
-  if ! diff -u docs/configuration.md <(generate); then
-    echo "docs/configuration.md is out of date: run tools/gen-config-doc.sh" >&2
-    exit 1
-  fi
-else
-  generate > docs/configuration.md
-fi
+write_or_check docs/configuration.md
