@@ -94,6 +94,7 @@ class BytePacker {
     append(v.data(), v.size_bytes());
   }
   void put_string(std::string_view s) { put_span(std::span<const char>(s.data(), s.size())); }
+  void put_bytes(std::span<const std::byte> b) { append(b.data(), b.size()); }  // raw, no length
   void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
   const std::vector<std::byte>& bytes() const { return bytes_; }
 

@@ -578,7 +578,7 @@ void TrajectoryWriter::flush() {
 }
 
 // Journal payloads. header: every process its rank slice; process 0 then the format version, the layout,
-// the root attributes and the fault rows. rows: every process its pending row counts, its buffered rows of
+// the root attributes, the fault rows and /schedule/lr. rows: every process its pending row counts, its buffered rows of
 // every series (for_each_series order) and its pending events.
 std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& attrs,
                                                         const std::vector<FaultRow>& faults) const {
@@ -594,7 +594,6 @@ std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& at
   h.put(layout_.flush_every);
   h.put<std::uint64_t>(layout_.layer_names.size());
   for (const auto& n : layout_.layer_names) h.put_string(n);
-  h.put_span(std::span<const double>(layout_.schedule_lr));
   for (const std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
     h.put_string(*s);
   h.put<std::uint64_t>(attrs.extra.size());
@@ -610,7 +609,14 @@ std::vector<std::byte> TrajectoryWriter::header_payload(const RootAttributes& at
     h.put(f.every);
     h.put(f.prob);
   }
-  return h.bytes();
+  // The schedule goes last, into a payload sized once: train.steps, its length, must not change how
+  // often the header allocates (mpi.step_allocations compares runs of two lengths).
+  const std::span<const double> schedule(layout_.schedule_lr);
+  BytePacker out;
+  out.reserve(h.bytes().size() + sizeof(std::uint64_t) + schedule.size_bytes());
+  out.put_bytes(h.bytes());
+  out.put_span(schedule);
+  return out.bytes();
 }
 
 std::vector<std::byte> TrajectoryWriter::rows_payload() {
@@ -702,7 +708,6 @@ TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal,
   layout.flush_every = h.get<std::int64_t>();
   layout.layer_names.resize(h.get<std::uint64_t>());
   for (auto& n : layout.layer_names) n = h.get_string();
-  layout.schedule_lr = h.get_vector<double>();
   RootAttributes attrs;
   for (std::string* s : {&attrs.divsim_version, &attrs.git_sha, &attrs.created, &attrs.config, &attrs.env})
     *s = h.get_string();
@@ -718,6 +723,7 @@ TrajectoryWriter::Recovery TrajectoryWriter::recover(const std::string& journal,
     f.every = h.get<std::int64_t>();
     f.prob = h.get<double>();
   }
+  layout.schedule_lr = h.get_vector<double>();
 
   Recovery r;
   r.stop = j.stop;

@@ -177,6 +177,14 @@ class Run {
   const ProcessLayout& layout() const { return proc_; }
 
  private:
+  // Set-up, in the order the constructor runs it.
+  void check_model_fits_data() const;
+  void find_resume_checkpoint();
+  EngineSettings engine_settings() const;
+  void make_sampler(std::int64_t chunk);  // also the step counts, batch.lr_scaling and the chunk order
+  void make_reducer_and_engine(EngineSettings& es);
+  void make_replicas();
+
   void reset_knobs(Replica& r, std::int64_t step) const;
   void local_gradient_norms(std::vector<double>& total, std::vector<double>& per_layer);
   void own_gradient(Replica& r);  // r.own_grad = the rank's mean gradient before the reduction
@@ -270,50 +278,72 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       data_(load_data_within(config, memory_)),
       model_(config.model, sample_shape(data_.train), data_.train.classes),
       scaler_(config.precision.loss_scale_growth_interval) {
+  check_model_fits_data();
+  find_resume_checkpoint();
+  EngineSettings es = engine_settings();
+  make_sampler(es.chunk);
+  FaultContext fault_context{cfg_, proc_.world_size, total_steps_, nonce};
+  fault_context.model_has_batchnorm = model_.has_batch_statistics();
+  fault_context.model_has_dropout = model_.has_style("dropout");
+  faults_ = std::make_unique<FaultSet>(cfg_.faults, fault_context);
+  make_reducer_and_engine(es);
+  make_replicas();
+  // Last, so that a mistyped setting or fault is reported as such, not as an output file in the way.
+  check_output_path(cfg_.output_path(), cfg_.run.overwrite);
+}
+
+void Run::check_model_fits_data() const {
   require_fits(replica_bytes() * static_cast<std::uint64_t>(proc_.rank_count), memory_, "model.type",
                std::to_string(proc_.rank_count) + " replica(s) of the " + cfg_.model.type + " model's " +
                    std::to_string(model_.num_params()) +
                    " parameters (its sizes: model.hidden for the mlp, model.channels and blocks for the resnet, "
                    "model.dim and depth for the vit; dist.world_size / processes) with their gradients, optimizer "
                    "state and activations");
-  if (cfg_.run.resume == ResumeMode::automatic) resume_ = find_checkpoint(cfg_.output_path());
-  if (resume_) {
-    if (resume_->world_size != proc_.world_size)
-      throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) + " has world size " +
-                                          std::to_string(resume_->world_size) + ", this run " + std::to_string(proc_.world_size));
-    if (resume_->config != config_identity(cfg_))
-      throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) +
-                                          " was written with another configuration; resume with the same settings");
-  }
   if (model_.targets() != data_.train.targets)
     throw ConfigError("model.type", cfg_.model.type + " predicts " + std::to_string(model_.targets()) +
                                         " target(s) per sample, but the samples of data.source=" + std::string(name_of(cfg_.data.source)) +
                                         " have " + std::to_string(data_.train.targets) +
                                         (data_.train.targets > 1 ? " (sequences: use model.type=gpt)" : ""));
-  const ReduceMode mode = cfg_.dist.reduce;
-  // Set-up only: what the deterministic reducer needs of the engine, the sampler's order and the tree.
-  const bool deterministic = mode == ReduceMode::deterministic;
   if (cfg_.data.augment && data_.train.height == 0)
     throw ConfigError("data.augment", "augmentation needs image data (data.source=fashion-mnist, or hdf5 with [N, height, width] uint8 images)");
   if (model_.has_batch_statistics() && !cfg_.dist.sync_bn && plan_.micro_batch == 1)
     throw ConfigError("batch.global", "BatchNorm needs more than one sample per rank and micro-step (the per-rank "
                                          "micro-batch is 1 at world size " + std::to_string(proc_.world_size) +
                                          "); use dist.sync_bn=true or a larger batch.global");
-  if (cfg_.batch.lr_scaling == LrScaling::linear)
-    lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
+}
 
+void Run::find_resume_checkpoint() {
+  if (cfg_.run.resume == ResumeMode::automatic) resume_ = find_checkpoint(cfg_.output_path());
+  if (!resume_) return;
+  if (resume_->world_size != proc_.world_size)
+    throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) + " has world size " +
+                                        std::to_string(resume_->world_size) + ", this run " + std::to_string(proc_.world_size));
+  if (resume_->config != config_identity(cfg_))
+    throw ConfigError("run.resume", "the checkpoint in " + checkpoint_root(cfg_.output_path()) +
+                                        " was written with another configuration; resume with the same settings");
+}
+
+// Deterministic reduction needs of the engine a chunk whose bits every world size shares, and matrix
+// products whose parameter-gradient rows are that chunk; the other modes take the whole micro-batch.
+EngineSettings Run::engine_settings() const {
+  const bool deterministic = cfg_.dist.reduce == ReduceMode::deterministic;
   EngineSettings es;
   es.plan = plan_;
   es.deterministic = deterministic;
   es.chunk = deterministic ? deterministic_chunk(cfg_.dist.det_chunk, plan_.micro_batch, plan_.world_size,
-                                                  comparable_micro_batches(cfg_))
-                            : plan_.micro_batch;
+                                                 comparable_micro_batches(cfg_))
+                           : plan_.micro_batch;
   es.sync_bn = cfg_.dist.sync_bn;
   es.augment = cfg_.data.augment;
-  // Deterministic mode needs a chunk's bits only from its parameter gradients' products (their K is
-  // the chunk); the other products may take the whole micro-batch where a row's bits do not change.
+  // A chunk's bits come only from its parameter gradients' products (their K is the chunk); the other
+  // products may take the whole micro-batch where a row's bits do not change.
   if (deterministic && cfg_.run.device != Device::cuda) es.product_rows = product_rows(model_, plan_.micro_batch, es.chunk);
+  return es;
+}
 
+void Run::make_sampler(std::int64_t chunk) {
+  if (cfg_.batch.lr_scaling == LrScaling::linear)
+    lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
   try {
     sampler_ = std::make_unique<Sampler>(
         cfg_.sampler.mode == SamplerMode::global_batch ? SamplerMode::global_batch : SamplerMode::distributed,
@@ -323,20 +353,17 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     throw ConfigError("batch.global", e.what());
   }
   steps_per_epoch_ = sampler_->steps_per_epoch();
-  if (deterministic && cfg_.sampler.mode == SamplerMode::distributed && es.chunk < plan_.micro_batch) {
+  total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
+  if (cfg_.sampler.mode == SamplerMode::distributed && chunk < plan_.micro_batch) {
     // Local row j holds global position r + W*j of its micro-window; chunk q of this rank is the rows
     // q + t*(mb/c), t = 0..c-1, i.e. positions spaced mb*W/c apart: the same set at every W.
-    const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(es.chunk);
+    const auto mb = static_cast<std::size_t>(plan_.micro_batch), c = static_cast<std::size_t>(chunk);
     for (std::size_t q = 0; q < mb / c; ++q)
       for (std::size_t t = 0; t < c; ++t) chunk_order_.push_back(q + t * (mb / c));
   }
-  total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
+}
 
-  FaultContext fault_context{cfg_, proc_.world_size, total_steps_, nonce};
-  fault_context.model_has_batchnorm = model_.has_batch_statistics();
-  fault_context.model_has_dropout = model_.has_style("dropout");
-  faults_ = std::make_unique<FaultSet>(cfg_.faults, fault_context);
-
+void Run::make_reducer_and_engine(EngineSettings& es) {
   reduce_layout_.world_size = proc_.world_size;
   reduce_layout_.rank_begin = proc_.rank_begin;
   reduce_layout_.rank_count = proc_.rank_count;
@@ -344,7 +371,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   reduce_layout_.share_node_memory = cfg_.dist.shared_memory;
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
-  if (deterministic)
+  if (es.deterministic)
     plan_tree(reduce_layout_, cfg_.sampler.mode == SamplerMode::distributed, static_cast<std::size_t>(plan_.micro_batch / es.chunk),
               static_cast<std::size_t>(plan_.accum_steps));
   if (cfg_.run.device != Device::cuda && cfg_.dist.backend != CommBackend::nccl) pair_tree_siblings(reduce_layout_, es, model_);
@@ -355,7 +382,7 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     throw ConfigError("dist.backend", "this divsim was built without NCCL (configure with -DDIVSIM_CUDA=ON)");
 #endif
   } else {
-    reducer_ = make_reducer(mode, comm_, reduce_layout_);
+    reducer_ = make_reducer(cfg_.dist.reduce, comm_, reduce_layout_);
   }
   if (cfg_.run.device == Device::cuda) {
 #ifdef DIVSIM_HAVE_CUDA
@@ -366,7 +393,11 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
   } else {
     engine_ = std::make_unique<StepEngine>(model_, data_.train, *reducer_, es);
   }
+}
 
+// This process's replicas: gradient memory from the reducer, buffers from the engine, then the faults'
+// set-up, the initial parameters, the optimizer, and on resume each rank's checkpoint.
+void Run::make_replicas() {
   // Set-up events wait here until the output file exists.
   const EventSink setup_log = [this](std::int64_t step, int rank, const std::string& kind, const std::string& detail) {
     setup_events_.push_back({step, rank, kind, detail});
@@ -396,8 +427,6 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
     }
   }
   if (resume_) setup_events_.clear();  // they are in the trajectory being replayed
-  // Last, so that a mistyped setting or fault is reported as such, not as an output file in the way.
-  check_output_path(cfg_.output_path(), cfg_.run.overwrite);
 }
 
 std::uint64_t Run::replica_bytes() const {

@@ -76,6 +76,10 @@ def same_prefix(rec, ref, n, name):
         want = ref[name][: len(rec[name])]
         if (ref[name]["step"] < n).sum() > len(rec[name]):
             return False
+    elif name == "schedule/lr":
+        # Each run's schedule covers its own train.steps (the trials' 1000000, the reference's fewer);
+        # the schedule is constant, so the shorter is a prefix of the longer.
+        want, rec = ref[name], {name: rec[name][: len(ref[name])]}
     else:
         want = ref[name]
     return rec[name].shape == want.shape and rec[name].tobytes() == want.tobytes()

@@ -215,6 +215,7 @@ TEST_F(Journal, RecoveryRebuildsWhatTheWriterFlushed) {
   layout.layer_names = {"fc1", "fc2"};
   layout.chunk_steps = 4;
   layout.flush_every = 3;
+  layout.schedule_lr = {0.1, 0.2, 0.3, 0.05, 0.025, 0.0125, 0.001, 0.0};  // in the journal's header
   RootAttributes attrs{"0.1.0", "abc", "2024-01-01T00:00:00Z", "[run]\nseed = 1\n", "mpi=test\n", {{"data", "x"}}};
   const std::vector<FaultRow> faults = {{"bitflip", "1", "bitflip:ranks=1", 2, 3, 1, 1.0}};
   const std::string out = path("run.h5");

@@ -60,6 +60,7 @@ TrajectoryLayout layout3(bool samples) {
   l.layer_names = {"fc1", "fc2.linear"};
   l.chunk_steps = 4;
   l.flush_every = 3;
+  l.schedule_lr = {0.5, 0.25, 0.125};
   return l;
 }
 
@@ -244,7 +245,7 @@ TEST_F(Record, WritesSchemaV1AndRenamesOnFinish) {
 
   // Every dataset is self-describing.
   const auto datasets = all_datasets(f);
-  EXPECT_EQ(datasets.size(), 21u);  // 10 train, 5 layers, 3 eval, events, faults, init array
+  EXPECT_EQ(datasets.size(), 22u);  // 10 train, 5 layers, 3 eval, events, faults, schedule, init array
   for (const auto& d : datasets) {
     EXPECT_FALSE(dataset_attr(f, d, "dims").empty()) << d;
     EXPECT_FALSE(dataset_attr(f, d, "description").empty()) << d;
@@ -252,6 +253,8 @@ TEST_F(Record, WritesSchemaV1AndRenamesOnFinish) {
 
   using V = std::vector<hsize_t>;
   const hsize_t S = kSteps, W = kW;
+  EXPECT_EQ(read_all<double>(f, "/schedule/lr", H5T_NATIVE_DOUBLE), (std::vector<double>{0.5, 0.25, 0.125}));
+  EXPECT_EQ(dataset_attr(f, "/schedule/lr", "dims"), "step");
   EXPECT_EQ(shape_of(f, "/train/step"), V{S});
   EXPECT_EQ(dataset_attr(f, "/train/step", "dims"), "step");
   EXPECT_EQ(read_all<std::int64_t>(f, "/train/step", H5T_NATIVE_INT64), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6}));
