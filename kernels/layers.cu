@@ -87,7 +87,8 @@ __global__ void multiply_kernel(const float* x, const float* m, float* y, std::s
   if (t < n) y[t] = x[t] * m[t];
 }
 
-// numerics/bits round_mantissa: round to nearest even at `mantissa_bits`, Inf/NaN unchanged.
+// Round to nearest even at `mantissa_bits`, Inf/NaN unchanged: for 7 bits numerics/bits.hpp's round_bf16
+// on every finite value (a NaN keeps its payload here, where PyTorch's CPU conversion writes 0xFFFF).
 __device__ float round_mantissa(float x, int mantissa_bits) {
   const std::uint32_t u = __float_as_uint(x);
   if ((u & 0x7f800000u) == 0x7f800000u) return x;

@@ -38,24 +38,13 @@ DIVSIM_WIDE_VECTORS std::uint64_t hash_bits(std::span<const float> values, std::
   return h;
 }
 
-float round_mantissa(float x, int mantissa_bits) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // Inf/NaN
-  const int drop = 23 - mantissa_bits;
-  const std::uint32_t lsb = (u >> drop) & 1u;
-  const std::uint32_t rounding = (1u << (drop - 1)) - 1u + lsb;  // ties to even
-  return std::bit_cast<float>((u + rounding) & ~((1u << drop) - 1u));
-}
-
-float round_fp16(float x) {
-  return static_cast<float>(static_cast<_Float16>(x));
-}
-
-void round_to_format(std::span<float> values, MatmulFormat f) {
+// Wide vectors: the conversions are a few integer operations per element, so these loops are bound by
+// arithmetic while the data is in cache (a product's input block).
+DIVSIM_WIDE_VECTORS void round_to_format(std::span<float> values, MatmulFormat f) {
   switch (f) {
     case MatmulFormat::fp32: return;
-    case MatmulFormat::tf32: for (float& v : values) v = round_mantissa(v, 10); return;
-    case MatmulFormat::bf16: for (float& v : values) v = round_mantissa(v, 7); return;
+    case MatmulFormat::tf32: for (float& v : values) v = round_tf32(v); return;
+    case MatmulFormat::bf16: for (float& v : values) v = round_bf16(v); return;
     case MatmulFormat::fp16: for (float& v : values) v = round_fp16(v); return;
   }
 }

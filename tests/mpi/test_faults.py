@@ -109,9 +109,9 @@ def tf32_mismatch(args):
     expect(in_sync(f), "replicas stay in sync (the reduced gradient is shared)")
     r2 = rel(f["train/loss"][0, 2], b["train/loss"][0, 2])
     r0 = rel(f["train/loss"][0, 0], b["train/loss"][0, 0])
-    expect(r0 == 0 and 1e-7 < r2 < 1e-5, f"step 0: rank 2's loss differs by {r2:.2e} (faults.md: 7.5e-7), rank 0's not at all")
+    expect(r0 == 0 and 1e-7 < r2 < 1e-5, f"step 0: rank 2's loss differs by {r2:.2e} (faults.md: 1.2e-6), rank 0's not at all")
     m = np.median(rel(f["train/loss"][:20, 2], b["train/loss"][:20, 2]))
-    expect(1e-6 < m < 1e-4, f"rank 2's median over steps 0-19: {m:.2e} (faults.md: 1.6e-5)")
+    expect(1e-6 < m < 1e-4, f"rank 2's median over steps 0-19: {m:.2e} (faults.md: 2.2e-5)")
     g = rel(f["train/global_loss"][1:], b["train/global_loss"][1:])
     expect(g[0] > 0 and g.max() < 0.05, f"global loss leaves the FP32 baseline at step 1 ({g[0]:.1e}) and stays close (max {g.max():.1e})")
 

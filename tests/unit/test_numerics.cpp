@@ -2,6 +2,8 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -65,29 +67,40 @@ TEST(KeyedStream, BelowIsInRangeAndCoversIt) {
   for (int c : seen) EXPECT_GT(c, 850);
 }
 
-TEST(Precision, Tf32RoundsToTenMantissaBitsNearestEven) {
-  // 1 + 2^-11 is exactly halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1.0).
-  EXPECT_EQ(round_mantissa(1.0f + 0x1.0p-11f, 10), 1.0f);
-  // 1 + 3*2^-11 is halfway between 1+2^-10 (odd) and 1+2^-9 (even): rounds up to 1+2^-9.
-  EXPECT_EQ(round_mantissa(1.0f + 3 * 0x1.0p-11f, 10), 1.0f + 0x1.0p-9f);
-  EXPECT_EQ(round_mantissa(1.0f + 0x1.8p-11f, 10), 1.0f + 0x1.0p-10f);  // above half: up
-  EXPECT_EQ(round_mantissa(-1.0f - 0x1.8p-11f, 10), -1.0f - 0x1.0p-10f);
+// The rules on hand-picked cases; validation/rounding.py checks every class of bit pattern against
+// PyTorch's conversions and the PTX rule.
+TEST(Precision, Tf32RoundsToNearestTiesAwayFromZero) {
+  // 1 + 2^-11 is exactly halfway between 1 and 1 + 2^-10: cvt.rna goes away from zero (nearest even
+  // would give 1.0).
+  EXPECT_EQ(round_tf32(1.0f + 0x1.0p-11f), 1.0f + 0x1.0p-10f);
+  EXPECT_EQ(round_tf32(-1.0f - 0x1.0p-11f), -1.0f - 0x1.0p-10f);
+  EXPECT_EQ(round_tf32(1.0f + 0x1.fp-12f), 1.0f);                       // below half: down
+  EXPECT_EQ(round_tf32(1.0f + 0x1.8p-11f), 1.0f + 0x1.0p-10f);          // above half: up
   // The result has no bits below the 10th mantissa bit.
-  const float r = round_mantissa(3.14159265f, 10);
+  const float r = round_tf32(3.14159265f);
   EXPECT_EQ(std::bit_cast<std::uint32_t>(r) & 0x1fffu, 0u);
   EXPECT_NEAR(r, 3.14159265f, 3.14159265f * 0x1.0p-11f);
-  EXPECT_TRUE(std::isinf(round_mantissa(INFINITY, 10)));
-  EXPECT_TRUE(std::isnan(round_mantissa(NAN, 7)));
+  EXPECT_TRUE(std::isinf(round_tf32(INFINITY)));
+  EXPECT_TRUE(std::isinf(round_tf32(std::numeric_limits<float>::max())));  // above the largest TF32 + half an ulp
+  EXPECT_TRUE(std::isnan(round_tf32(NAN)));
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(round_tf32(-0.0f)), 0x80000000u);
 }
 
-TEST(Precision, Bf16AndFp16) {
-  EXPECT_EQ(round_mantissa(1.0f + 0x1.8p-8f, 7), 1.0f + 0x1.0p-7f);
+TEST(Precision, Bf16AndFp16RoundToNearestEven) {
+  EXPECT_EQ(round_bf16(1.0f + 0x1.8p-8f), 1.0f + 0x1.0p-7f);  // above half: up
+  EXPECT_EQ(round_bf16(1.0f + 0x1.0p-8f), 1.0f);               // tie: to the even 1.0
+  EXPECT_EQ(round_bf16(1.0f + 0x1.8p-7f), 1.0f + 0x1.0p-6f);   // tie: to the even 1 + 2^-6
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(round_bf16(NAN)), 0xFFFF0000u);  // PyTorch's vectorised bf16 NaN
+  EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::max())));
   EXPECT_EQ(round_fp16(65504.0f), 65504.0f);
   EXPECT_TRUE(std::isinf(round_fp16(70000.0f)));  // beyond fp16's range
   EXPECT_EQ(round_fp16(1.0f + 0x1.0p-12f), 1.0f);
-  std::vector<float> v{1.0f + 0x1.8p-11f, 2.0f};
-  round_to_format(v, MatmulFormat::tf32);
+  EXPECT_EQ(round_fp16(0x1.8p-24f), 0x1.0p-23f);  // a subnormal tie (1.5 x 2^-24): to the even 2 x 2^-24
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(round_fp16(-NAN)), 0xFFC00000u);  // sign kept, payload dropped
+  std::vector<float> v{1.0f + 0x1.0p-11f, 1.0f + 0x1.0p-11f};
+  round_to_format(std::span(v).first(1), MatmulFormat::tf32);
   EXPECT_EQ(v[0], 1.0f + 0x1.0p-10f);
+  EXPECT_EQ(v[1], 1.0f + 0x1.0p-11f);  // only the span given
   EXPECT_EQ(enum_from<MatmulFormat>("bf16"), MatmulFormat::bf16);
   EXPECT_FALSE(enum_from<MatmulFormat>("fp8"));
   EXPECT_EQ(name_of(MatmulFormat::tf32), "tf32");

@@ -53,3 +53,10 @@ add_test(NAME validation.branch_flip_rule
          COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR}/test_branch_flip.py)
 set_tests_properties(validation.branch_flip_rule PROPERTIES LABELS "validation;python" TIMEOUT 120
                      ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+# The bf16 / fp16 / TF32 conversions, bit for bit against PyTorch's and the PTX rule (validation/rounding.py).
+add_executable(divsim_round_filter ${CMAKE_CURRENT_LIST_DIR}/round_filter.cpp)
+target_link_libraries(divsim_round_filter PRIVATE divsim_core)
+add_test(NAME validation.rounding COMMAND /usr/bin/python3 ${DIVSIM_VALIDATION_DIR}/rounding.py
+                                          --filter $<TARGET_FILE:divsim_round_filter>)
+set_tests_properties(validation.rounding PROPERTIES LABELS validation TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
