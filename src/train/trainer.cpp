@@ -181,7 +181,7 @@ class Run {
   void check_model_fits_data() const;
   void find_resume_checkpoint();
   EngineSettings engine_settings() const;
-  void make_sampler(std::int64_t chunk);  // also the step counts, batch.lr_scaling and the chunk order
+  void make_sampler(std::int64_t chunk);  // also the step counts and the chunk order
   void make_reducer_and_engine(EngineSettings& es);
   void make_replicas();
 
@@ -217,7 +217,7 @@ class Run {
   double rank_scale_ = 1.0;
   Normalisation norm_;
   std::vector<double> counted_;  // per replica: the targets its samples of the step count
-  double lr_factor_ = 1.0;  // batch.lr_scaling
+  double lr_factor_;  // batch.lr_scaling
   std::unique_ptr<Sampler> sampler_;
   std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   ReduceLayout reduce_layout_;
@@ -277,6 +277,9 @@ Run::Run(const RunConfig& config, MPI_Comm comm, std::uint64_t nonce, int proces
       memory_(memory_budget(processes_on_node)),
       data_(load_data_within(config, memory_)),
       model_(config.model, sample_shape(data_.train), data_.train.classes),
+      lr_factor_(config.batch.lr_scaling == LrScaling::linear
+                     ? static_cast<double>(plan_.global_batch) / static_cast<double>(config.batch.base_global)
+                     : 1.0),
       scaler_(config.precision.loss_scale_growth_interval) {
   check_model_fits_data();
   find_resume_checkpoint();
@@ -342,8 +345,6 @@ EngineSettings Run::engine_settings() const {
 }
 
 void Run::make_sampler(std::int64_t chunk) {
-  if (cfg_.batch.lr_scaling == LrScaling::linear)
-    lr_factor_ = static_cast<double>(plan_.global_batch) / static_cast<double>(cfg_.batch.base_global);
   try {
     sampler_ = std::make_unique<Sampler>(
         cfg_.sampler.mode == SamplerMode::global_batch ? SamplerMode::global_batch : SamplerMode::distributed,
