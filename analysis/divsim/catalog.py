@@ -20,6 +20,7 @@ FAULTS = {
     "bitflip": "silent data corruption in one gradient element",
     "stale_scheduler": "scheduler state lost on resume",
     "clip_mismatch": "ranks clip the gradient norm with different thresholds",
+    "reduce_dtype_mismatch": "a rank sends its gradient to the allreduce in bf16/fp16, the others in fp32",
 }
 
 # precision.matmul -> (rtol, atol), seed 000 §3.3. Values are compared after dividing by the

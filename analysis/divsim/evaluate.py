@@ -54,6 +54,7 @@ VARIANTS = {
     "bitflip": [("bit=30", [], None), ("bit=28", [], None)],
     "stale_scheduler": [("", [], None)],
     "clip_mismatch": [("max_norm=0.5", [], None)],
+    "reduce_dtype_mismatch": [("dtype=bf16", [], None), ("dtype=fp16", [], None)],
 }
 
 

@@ -62,6 +62,8 @@ WEIGHTS = {
     # Forward and loss bitwise equal, the gradient not: the gradient itself was corrupted.
     "ref_backward_first": {"bitflip": 4, "loss_skew": 0.5},
     "ref_backward_tolerance": {"tf32_mismatch": 1, "loss_skew": 0.5, "bitflip": 0.5},
+    # ... and by no more than a bf16 rounding of every element could: the gradient was sent in bf16/fp16.
+    "ref_backward_rounding": {"reduce_dtype_mismatch": 5, "bitflip": 0.5},
     "ref_reduce_first": {"skip_rank": 1, "clip_mismatch": 1, "reduction_order": 1, "bitflip": 1},
     "ref_optimizer_first": {"stale_scheduler": 1.5, "accum_misalign": 1.5, "loss_scaler_desync": 1},
     "ref_update_first": {"optimizer_state_reset": 2, "loss_scaler_desync": 1, "bitflip": 0.5},

@@ -1,6 +1,6 @@
 // tf32_mismatch: the chosen ranks run their matmuls on a lower-precision path (seed 000 §4.1: an A100
 // on TF32 next to V100s on FP32; "torch.backends.cuda.matmul.allow_tf32" differing between machines).
-// Emulation: matmul inputs rounded to format=tf32 (10-bit mantissa, round to nearest even), bf16 (7) or
+// Emulation: matmul inputs rounded to format=tf32 (10-bit mantissa, nearest with ties away), bf16 (7) or
 // fp16, products accumulated in fp32. Signature: the loss leaves the fp32 baseline at step 0/1 with a
 // relative difference ~1e-4..1e-3; the reduced gradient is shared, so replicas stay in sync.
 #include "faults/fault.hpp"

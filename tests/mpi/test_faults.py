@@ -21,7 +21,7 @@ class Run:
         with h5py.File(path, "r") as f:
             self.d = {k: f[k][()] for k in ["train/loss", "train/global_loss", "train/param_hash", "train/grad_norm",
                                              "train/grad_norm_local", "train/param_norm", "train/lr", "train/loss_scale",
-                                             "train/samples", "eval/loss", "eval/accuracy"]}
+                                             "train/samples", "eval/loss", "eval/accuracy", "layers/forward"]}
             self.events = [(int(e["step"]), int(e["rank"]), e["kind"].decode(), e["detail"].decode()) for e in f["events"][()]]
 
     def __getitem__(self, k):
@@ -114,6 +114,22 @@ def tf32_mismatch(args):
     expect(1e-6 < m < 1e-4, f"rank 2's median over steps 0-19: {m:.2e} (faults.md: 2.2e-5)")
     g = rel(f["train/global_loss"][1:], b["train/global_loss"][1:])
     expect(g[0] > 0 and g.max() < 0.05, f"global loss leaves the FP32 baseline at step 1 ({g[0]:.1e}) and stays close (max {g.max():.1e})")
+
+
+def reduce_dtype_mismatch(args):
+    f, b = scenario(args, "reduce_dtype_mismatch")
+    expect(in_sync(f), "replicas stay in sync (every rank applies the one reduced gradient)")
+    expect((f["layers/forward"][0] == b["layers/forward"][0]).all() and (f["train/loss"][0] == b["train/loss"][0]).all(),
+           "step 0: forward statistics and losses identical to the baseline")
+    g = rel(f["train/grad_norm_local"][0], b["train/grad_norm_local"][0])
+    expect(g[0] == g[1] == g[3] == 0 and 1e-7 < g[2] < 2.0 ** -9,
+           f"step 0: rank 2's own gradient norm differs by {g[2]:.2e} (faults.md: 5.1e-6; bf16 bounds it by 2^-9), "
+           "the others' not at all")
+    r = rel(f["train/grad_norm"][0, 0], b["train/grad_norm"][0, 0])
+    expect(0 < r < g[2], f"step 0: the reduced gradient norm differs by less ({r:.2e}; faults.md: 5.7e-7)")
+    m = np.median(rel(f["train/global_loss"][:20], b["train/global_loss"][:20]))
+    expect(1e-8 < m < 1e-5, f"global loss: median relative difference over steps 0-19 {m:.1e} (faults.md: 4.7e-7)")
+    expect([e[:2] for e in events_of(f, "reduce_dtype_mismatch")] == [(0, 2)], "one /events row (step 0, rank 2)")
 
 
 def bn_drift(args, model=()):
@@ -254,6 +270,7 @@ ALL_AT_ONCE = {
     "bitflip:bit=30,ranks=2,start=20": [(20, 2)],
     "stale_scheduler:ranks=1,start=12": [(12, 1)],
     "clip_mismatch:max_norm=0.5,ranks=0": [(0, 0)],
+    "reduce_dtype_mismatch:dtype=bf16,ranks=1": [(0, 1)],
 }
 
 
@@ -334,6 +351,7 @@ EVERY_MODE = [
     "bitflip:bit=30,ranks=7,start=2", "bitflip:bit=12,index=5,ranks=7,start=2",
     "stale_scheduler:ranks=3,start=3",
     "clip_mismatch:max_norm=0.5,ranks=7",
+    "reduce_dtype_mismatch:dtype=bf16,ranks=7", "reduce_dtype_mismatch:dtype=fp16,ranks=7",
 ]
 EVERY_MODE_STEPS = 6
 
@@ -398,6 +416,6 @@ if __name__ == "__main__":
     commands |= {n: globals()[n] for n in ["unsynced_seed", "overlapping_shards", "tf32_mismatch", "bn_drift", "skip_rank",
                                           "accum_misalign", "loss_skew", "optimizer_state_reset", "loss_scaler_desync",
                                           "reduction_order", "reduction_order_shuffle", "bitflip", "stale_scheduler",
-                                          "clip_mismatch", "all_at_once", "every_fault", "every_mode", "baseline_comments"]}
+                                          "clip_mismatch", "reduce_dtype_mismatch", "all_at_once", "every_fault", "every_mode", "baseline_comments"]}
     a = parse_args(list(commands))
     commands[a.command](a)

@@ -47,7 +47,7 @@ divsim_mpi_test(NAME mpi.default_accuracy.n4 LABELS "mpi;slow" SCRIPT test_engin
 # busy-polling processes on 2 cores; fault.all_at_once runs every fault on 4 processes, one rank each.
 foreach(fault unsynced_seed overlapping_shards tf32_mismatch bn_drift skip_rank accum_misalign loss_skew
               optimizer_state_reset loss_scaler_desync reduction_order reduction_order_shuffle bitflip stale_scheduler
-              clip_mismatch)
+              clip_mismatch reduce_dtype_mismatch)
   divsim_mpi_test(NAME fault.${fault} LABELS "mpi;faults" SCRIPT test_faults.py ARGS ${fault} --ranks 4 --procs 2)
 endforeach()
 divsim_mpi_test(NAME fault.all_at_once LABELS "mpi;faults" SCRIPT test_faults.py ARGS all_at_once --ranks 4)

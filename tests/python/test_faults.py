@@ -24,6 +24,8 @@ SCENARIOS = [  # (fault spec, set-up arguments, step where the replicas split or
     ("bitflip:bit=30,ranks=2,start=20", [], None),
     ("stale_scheduler:ranks=1,start=20", [], 20),
     ("clip_mismatch:max_norm=0.5,ranks=0", [], None),
+    ("reduce_dtype_mismatch:dtype=bf16,ranks=2,start=3", [], None),
+    ("reduce_dtype_mismatch:dtype=fp16,ranks=0-1", [], None),
 ]
 
 
