@@ -1,24 +1,56 @@
 // dist.reduce=mpi: what a user gets from the MPI library. Local logical ranks are summed in rank order,
 // then MPI_Allreduce(SUM) combines processes in whatever order the library picks, then a division by
-// the divisor, as DDP's default allreduce hook does. The summation order therefore changes with the
-// world size and the process layout: the last bits differ, as seed 001 reports.
+// the divisor. The summation order therefore changes with the world size and the process layout: the
+// last bits differ, as seed 001 reports. With dist.reduce_dtype or dist.divide (comm/reduce_arithmetic.hpp)
+// the contributions are rounded and pre-divided first, every add is rounded (the MPI library's adds
+// through a user-defined operation), and the sum is divided by what is left.
 #include <algorithm>
 #include <stdexcept>
 
 #include "comm/collectives.hpp"
 #include "comm/mpi_check.hpp"
+#include "comm/reduce_arithmetic.hpp"
 #include "comm/reducer.hpp"
 #include "comm/statistics.hpp"
 
 namespace divsim {
 namespace {
 
+// MPI_SUM of floats whose every add is rounded to a 16-bit format: MPI_User_function takes no state, so
+// one function per format.
+template <MatmulFormat F>
+void rounded_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const float*>(in);
+  auto* b = static_cast<float*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = a[i] + b[i];
+  round_to_format(std::span<float>(b, static_cast<std::size_t>(*len)), F);
+}
+
+MPI_Op make_sum_op(ReduceDtype dtype) {
+  if (dtype == ReduceDtype::fp32) return MPI_SUM;
+  MPI_Op op = MPI_OP_NULL;
+  mpi_check(MPI_Op_create(dtype == ReduceDtype::bf16 ? rounded_sum<MatmulFormat::bf16> : rounded_sum<MatmulFormat::fp16>,
+                          1, &op),
+            "MPI_Op_create");
+  return op;
+}
+
 class MpiReducer final : public Reducer {
  public:
-  MpiReducer(MPI_Comm comm, const ReduceLayout& layout) : comm_(comm), layout_(layout) {}
+  MpiReducer(MPI_Comm comm, const ReduceLayout& layout)
+      : comm_(comm), layout_(layout), sum_(make_sum_op(layout.arithmetic.dtype)) {}
+  ~MpiReducer() override {
+    if (sum_ != MPI_SUM) MPI_Op_free(&sum_);
+  }
+  MpiReducer(const MpiReducer&) = delete;
+  MpiReducer& operator=(const MpiReducer&) = delete;
 
   void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
     if (parts != 1) throw std::logic_error("dist.reduce=mpi reduces one gradient part per rank");
+    if (!layout_.arithmetic.plain()) {
+      allreduce_rounded(grads, divisor);
+      return;
+    }
     const std::size_t n = layout_.num_params;
     float* acc = grads[0].data();
     for (std::size_t k = 1; k < grads.size(); ++k)
@@ -40,8 +72,24 @@ class MpiReducer final : public Reducer {
   }
 
  private:
+  // The same order as the plain path, with the arithmetic's roundings and divisions.
+  void allreduce_rounded(std::span<const std::span<float>> grads, double divisor) {
+    const ReduceArithmetic& a = layout_.arithmetic;
+    const std::size_t n = layout_.num_params;
+    for (const std::span<float>& g : grads) a.before(g.first(n), divisor, layout_.world_size);
+    const std::span<float> acc = grads[0].first(n);
+    for (std::size_t k = 1; k < grads.size(); ++k) {
+      for (std::size_t i = 0; i < n; ++i) acc[i] += grads[k][i];
+      a.round(acc);
+    }
+    allreduce_in_place(acc.data(), static_cast<int>(n), MPI_FLOAT, sum_, comm_);
+    a.after(acc, divisor, layout_.world_size);
+    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc.data(), n, grads[k].data());
+  }
+
   MPI_Comm comm_;
   ReduceLayout layout_;
+  MPI_Op sum_;
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/reduce_arithmetic.hpp"
 #include "config/run_config.hpp"  // ReduceMode
 
 namespace divsim {
@@ -39,6 +40,8 @@ struct ReduceLayout {
   // tree: processes that all run on one node read each other's gradients in a shared-memory window
   // instead of sending them (dist.shared_memory). The bits are the same either way.
   bool share_node_memory = true;
+  // mpi, ring: the dtype the gradient is sent and summed in, and where the division happens.
+  ReduceArithmetic arithmetic;
 };
 
 // How a step's loss normalisation (the mean over its `targets`: rank_scale = W / targets) splits between

@@ -88,26 +88,31 @@ void RingAllreduce::pass(std::span<const std::span<float>> buffers, std::size_t 
       const auto [off, len] = segment(seg_of(r));
       const float* src = local(r).data() + off;
       float* dst = local(to).data() + off;
-      if (gather)
+      if (gather) {
         std::copy_n(src, len, dst);
-      else
+      } else {
         for (std::size_t i = 0; i < len; ++i) dst[i] = src[i] + dst[i];
+        if (layout_.arithmetic.rounds()) layout_.arithmetic.round(std::span<float>(dst, len));
+      }
     }
     if (processes > 1) {
       wait_politely(req[0]);
       wait_politely(req[1]);
       float* dst = local(first).data() + in_off;
-      if (gather)
+      if (gather) {
         std::copy_n(incoming_.data(), in_len, dst);
-      else
+      } else {
         for (std::size_t i = 0; i < in_len; ++i) dst[i] = incoming_[i] + dst[i];
+        if (layout_.arithmetic.rounds()) layout_.arithmetic.round(std::span<float>(dst, in_len));
+      }
     }
   }
 }
 
 namespace {
 
-// dist.reduce=ring: the explicit ring sum, then a division by the divisor (as DDP averages).
+// dist.reduce=ring: the explicit ring sum, then a division by the divisor (as DDP averages); with
+// dist.reduce_dtype or dist.divide, the contributions rounded and pre-divided first and every add rounded.
 class RingReducer final : public Reducer {
  public:
   RingReducer(MPI_Comm comm, const ReduceLayout& layout)
@@ -115,10 +120,12 @@ class RingReducer final : public Reducer {
 
   void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
     if (parts != 1) throw std::logic_error("dist.reduce=ring reduces one gradient part per rank");
+    const ReduceArithmetic& a = layout_.arithmetic;
+    const std::size_t n = layout_.num_params;
+    if (!a.plain())
+      for (const std::span<float>& g : grads) a.before(g.first(n), divisor, layout_.world_size);
     ring_.sum(grads);
-    const auto d = static_cast<float>(divisor);
-    for (const auto& g : grads)
-      for (std::size_t i = 0; i < layout_.num_params; ++i) g[i] /= d;
+    for (const std::span<float>& g : grads) a.after(g.first(n), divisor, layout_.world_size);
   }
 
   // In logical-rank order, so that W logical ranks on any number of processes give the same bits.

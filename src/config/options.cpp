@@ -271,6 +271,10 @@ const std::vector<Field>& fields() {
             "seconds a step-loop collective may wait for the other ranks before the job is ended; 0 = never"),
       field("dist", "shared_memory", &R::dist, &DistSection::shared_memory,
             "deterministic tree: processes on one node read each other's gradients from shared memory"),
+      field("dist", "reduce_dtype", &R::dist, &DistSection::reduce_dtype,
+            "fp32 | bf16 | fp16: the gradient is sent and summed in it, as NCCL sums"),
+      field("dist", "divide", &R::dist, &DistSection::divide,
+            "after | before | sqrt: divide by W after the sum, before it (DDP), or split as FSDP does"),
       field("precision", "matmul", &R::precision, &PrecisionSection::matmul, "fp32 | tf32 | bf16 | fp16"),
       field("precision", "amp", &R::precision, &PrecisionSection::amp, "none | fp16 (dynamic loss scaling)"),
       field("precision", "loss_scale_init", &R::precision, &PrecisionSection::loss_scale_init,
@@ -671,6 +675,17 @@ void validate(const RunConfig& c) {
     throw ConfigError("dist.backend", "nccl reduces GPU buffers: it needs run.device=cuda");
   if (c.dist.backend == CommBackend::nccl && c.dist.reduce != ReduceMode::mpi)
     throw ConfigError("dist.backend", "nccl performs the allreduce itself: it needs dist.reduce=mpi");
+  // The deterministic sum is exact, which is what makes its bits the same at every world size; a sum
+  // rounded at every add, or divided before, depends on the order again.
+  for (const auto& [key, plain] : {std::pair{"dist.reduce_dtype", c.dist.reduce_dtype == ReduceDtype::fp32},
+                                   std::pair{"dist.divide", c.dist.divide == DivideMode::after}}) {
+    if (plain) continue;
+    if (c.dist.reduce == ReduceMode::deterministic)
+      throw ConfigError(key, "dist.reduce=deterministic sums exactly in fixed point and divides once at the end (the "
+                             "same bits at every world size); a 16-bit or pre-divided sum needs dist.reduce=mpi or ring");
+    if (c.dist.backend == CommBackend::nccl)
+      throw ConfigError(key, "the NCCL backend reduces float32 gradients divided after the sum; use dist.backend=mpi");
+  }
   require_double("dist.bucket_cap_mb", c.dist.bucket_cap_mb, c.dist.bucket_cap_mb > 0, "> 0");
   // That world_size is a multiple of the process count is checked once MPI is up.
   require_int("dist.world_size", c.dist.world_size, c.dist.world_size >= 0, ">= 0 (0 = one rank per process)");

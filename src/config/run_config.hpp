@@ -32,6 +32,8 @@ enum class SamplerMode { distributed, global_batch };
 enum class ReduceMode { mpi, ring, deterministic };
 enum class CommBackend { mpi, nccl };
 enum class AmpMode { none, fp16 };
+enum class ReduceDtype { fp32, bf16, fp16 };
+enum class DivideMode { after, before, sqrt };
 
 // The configuration text of each value of a configuration enum, in the order --help lists them.
 template <class E>
@@ -57,6 +59,8 @@ DIVSIM_ENUM_NAMES(ReduceMode, {ReduceMode::mpi, "mpi"}, {ReduceMode::ring, "ring
                   {ReduceMode::deterministic, "deterministic"});
 DIVSIM_ENUM_NAMES(CommBackend, {CommBackend::mpi, "mpi"}, {CommBackend::nccl, "nccl"});
 DIVSIM_ENUM_NAMES(AmpMode, {AmpMode::none, "none"}, {AmpMode::fp16, "fp16"});
+DIVSIM_ENUM_NAMES(ReduceDtype, {ReduceDtype::fp32, "fp32"}, {ReduceDtype::bf16, "bf16"}, {ReduceDtype::fp16, "fp16"});
+DIVSIM_ENUM_NAMES(DivideMode, {DivideMode::after, "after"}, {DivideMode::before, "before"}, {DivideMode::sqrt, "sqrt"});
 DIVSIM_ENUM_NAMES(MatmulFormat, {MatmulFormat::fp32, "fp32"}, {MatmulFormat::tf32, "tf32"},
                   {MatmulFormat::bf16, "bf16"}, {MatmulFormat::fp16, "fp16"});
 #undef DIVSIM_ENUM_NAMES
@@ -179,6 +183,8 @@ struct DistSection {
   std::int64_t det_chunk = 0;   // deterministic mode: samples per chunk; 0 = auto (see docs/reproducibility.md)
   double timeout_s = 600.0;     // a step-loop collective waiting longer ends the job (a hung rank); 0 = never
   bool shared_memory = true;    // deterministic tree: one node's processes read each other's gradients in place
+  ReduceDtype reduce_dtype = ReduceDtype::fp32;  // what the gradient is sent and summed in (comm/reduce_arithmetic.hpp)
+  DivideMode divide = DivideMode::after;         // where the division by the world size happens
 };
 
 struct PrecisionSection {

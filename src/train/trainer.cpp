@@ -371,6 +371,7 @@ void Run::make_reducer_and_engine(EngineSettings& es) {
   reduce_layout_.num_params = model_.num_params();
   reduce_layout_.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
   reduce_layout_.share_node_memory = cfg_.dist.shared_memory;
+  reduce_layout_.arithmetic = {cfg_.dist.reduce_dtype, cfg_.dist.divide};
   for (const ParamTensor& t : model_.tensors()) reduce_layout_.tensors.emplace_back(t.offset, t.size);
   if (es.deterministic)
     plan_tree(reduce_layout_, cfg_.sampler.mode == SamplerMode::distributed, static_cast<std::size_t>(plan_.micro_batch / es.chunk),
@@ -650,16 +651,19 @@ void Run::reduce() {
   reducer_->allreduce_gradients(grad_spans_, reduce_parts_, divisor);
 
   std::vector<std::span<float>> spans;
+  const ReduceArithmetic& arithmetic = reduce_layout_.arithmetic;
   for (const RingOrder& order : orders_) {
     std::vector<std::vector<float>> copies = ring_copies_;
     spans.clear();
     for (auto& c : copies) spans.emplace_back(c);
+    if (!arithmetic.plain())
+      for (const std::span<float>& c : spans) arithmetic.before(c, divisor, proc_.world_size);
     RingAllreduce(comm_, reduce_layout_, order).sum(spans);
-    const auto d = static_cast<float>(divisor);
     for (std::size_t k = 0; k < replicas_.size(); ++k) {
       Replica& r = replicas_[k];
       if (!r.knobs.own_ring || !(RingOrder{r.knobs.ring_bucket_cap_mb, r.knobs.ring_rotation} == order)) continue;
-      for (std::size_t i = 0; i < np; ++i) r.grads[i] = copies[k][i] / d;
+      arithmetic.after(spans[k], divisor, proc_.world_size);
+      std::copy_n(copies[k].begin(), np, r.grads.begin());
     }
   }
   for (Replica& r : replicas_) {

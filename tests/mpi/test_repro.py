@@ -80,6 +80,31 @@ def ring_buckets(args):
     expect(rel < 1e-6, f"relative difference of the first reduced gradient norm {rel:.1e} < 1e-6")
 
 
+def reduce_dtype(args):
+    """dist.reduce_dtype and dist.divide end to end, W=4 on 2 processes (so the MPI library's adds of the
+    rounded sum run too): in float32, dividing before the sum by a power of two gives the bits of dividing
+    after it (scaling by 2^-k is exact); a bf16 sum keeps the replicas in sync and moves the run by about
+    bf16's precision; mpi and ring, which add in different orders, differ in bf16 as in float32."""
+    extra = SMALL + ["--train.steps=20", "--dist.world_size=4"]
+    for mode in ["mpi", "ring"]:
+        for name, opts in [("fp32", []), ("before", ["--dist.divide=before"]), ("sqrt", ["--dist.divide=sqrt"]),
+                           ("bf16", ["--dist.reduce_dtype=bf16"])]:
+            run(args, extra + [f"--dist.reduce={mode}", *opts, f"--run.out={mode}_{name}.h5"], ranks=2)
+        base = load(args, f"{mode}_fp32.h5")
+        for name in ["before", "sqrt"]:
+            expect(all(same_bits(load(args, f"{mode}_{name}.h5")[k], base[k]) for k in base),
+                   f"{mode}: dist.divide={name} at W=4 (pre-divide by 4 or 2) bitwise equal to dividing after")
+        b = load(args, f"{mode}_bf16.h5")
+        h = b["train/param_hash"]
+        expect((h == h[:, :1]).all(), f"{mode}: bf16 sum: replicas in sync")
+        rel = np.abs(b["train/grad_norm"][:, 0] - base["train/grad_norm"][:, 0]) / base["train/grad_norm"][:, 0]
+        # Every add moves an element by at most 2^-9 of it; over 4 ranks' adds the norm by a few times that at
+        # most, and the rounding errors' signs mostly cancel in a norm (measured 1.0e-5).
+        expect(1e-7 < rel[0] < 2.0 ** -7, f"{mode}: bf16 sum: step-0 reduced gradient norm off by {rel[0]:.1e}")
+    expect(not same_bits(load(args, "mpi_bf16.h5")["train/param_hash"], load(args, "ring_bf16.h5")["train/param_hash"]),
+           "bf16: mpi and ring sums differ (they add in different orders)")
+
+
 def world_size_noise(args):
     """mpi and ring at W=2 vs W=4 (fixed global batch): equal in exact arithmetic, different in float.
     Step 0 (no reduction yet) differs only through the products' kernels, which OpenBLAS picks by shape
@@ -128,7 +153,7 @@ if __name__ == "__main__":
                 "invariance_tree": lambda a: invariance(a, "tree"), "ring_buckets": ring_buckets,
                 "invariance_resnet": lambda a: invariance(a, "resnet"), "invariance_vit": lambda a: invariance(a, "vit"),
                 "invariance_gpt": lambda a: invariance(a, "gpt"),
-                "derived_accumulation": derived_accumulation,
+                "derived_accumulation": derived_accumulation, "reduce_dtype": reduce_dtype,
                 "world_size_noise": world_size_noise, "virtual_ranks": virtual_ranks}
     a = parse_args(list(commands))
     commands[a.command](a)

@@ -74,6 +74,6 @@ divsim_mpi_test(NAME fault.every_mode_w8.virtual LABELS "mpi;faults" SCRIPT test
 foreach(case invariance invariance_sync_bn invariance_global_batch invariance_tree invariance_resnet invariance_vit
              invariance_gpt
              derived_accumulation
-             ring_buckets world_size_noise virtual_ranks)
+             ring_buckets reduce_dtype world_size_noise virtual_ranks)
   divsim_mpi_test(NAME repro.${case} LABELS "mpi;repro" SCRIPT test_repro.py ARGS ${case} TIMEOUT 600)
 endforeach()

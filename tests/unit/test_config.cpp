@@ -103,6 +103,8 @@ void expect_same(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.dist.world_size, b.dist.world_size);
   EXPECT_EQ(a.dist.det_chunk, b.dist.det_chunk);
   EXPECT_EQ(a.dist.shared_memory, b.dist.shared_memory);
+  EXPECT_EQ(a.dist.reduce_dtype, b.dist.reduce_dtype);
+  EXPECT_EQ(a.dist.divide, b.dist.divide);
   EXPECT_EQ(a.precision.matmul, b.precision.matmul);
   EXPECT_EQ(a.record.layers_every, b.record.layers_every);
   EXPECT_EQ(a.record.samples, b.record.samples);
@@ -290,6 +292,14 @@ TEST(Config, PrintConfigOfDefaultsAndEmptyValuesRoundTrips) {
   EXPECT_EQ(to_ini(r.config), ini);
 }
 
+TEST(Config, ReduceDtypeAndDivide) {
+  const RunConfig c = parse({"--dist.reduce=ring", "--dist.reduce_dtype=fp16", "--dist.divide=sqrt"}).config;
+  EXPECT_EQ(c.dist.reduce_dtype, ReduceDtype::fp16);
+  EXPECT_EQ(c.dist.divide, DivideMode::sqrt);
+  EXPECT_TRUE(contains(to_ini(c), "reduce_dtype = fp16\ndivide = sqrt\n"));
+  expect_cli_error({"--dist.reduce_dtype=tf32"}, "dist.reduce_dtype", {"fp32", "bf16", "fp16"});
+}
+
 TEST(ConfigErrors, UnknownKeysAndSections) {
   TempDir dir;
   const std::string typo = dir.write("typo.ini", "[optim]\nlrr = 0.1\n");
@@ -425,6 +435,10 @@ TEST(ConfigErrors, ValidateRanges) {
       {[](RunConfig& c) { c.dist.bucket_cap_mb = 0.0; }, "dist.bucket_cap_mb", "> 0"},
       {[](RunConfig& c) { c.dist.world_size = -1; }, "dist.world_size", ">= 0"},
       {[](RunConfig& c) { c.dist.det_chunk = -1; }, "dist.det_chunk", ">= 0"},
+      {[](RunConfig& c) { c.dist.reduce = ReduceMode::deterministic, c.dist.reduce_dtype = ReduceDtype::bf16; },
+       "dist.reduce_dtype", "needs dist.reduce=mpi or ring"},
+      {[](RunConfig& c) { c.dist.reduce = ReduceMode::deterministic, c.dist.divide = DivideMode::before; },
+       "dist.divide", "sums exactly in fixed point"},
       {[](RunConfig& c) { c.record.layers_every = -1; }, "record.layers_every", ">= 0"},
       {[](RunConfig& c) { c.record.flush_every = 0; }, "record.flush_every", ">= 1"},
       {[](RunConfig& c) { c.record.chunk_steps = 0; }, "record.chunk_steps", ">= 1"},
