@@ -47,6 +47,8 @@ def main():
     put("cli", "print_config", "--print-config\n--batch.global=64\n--batch.accum_steps=2")
     # Wide ranges once made parsing expand a million ranks per item (found by fuzz.cli)
     put("cli", "wide_ranks", "--fault=bitflip:bit=30,ranks=0-1048575+0-1048575+0-1048575+0-1048575+0-1048575+0-1048575")
+    # An option name holding a Boost error-message placeholder once made what() loop forever (fuzz.cli)
+    put("cli", "placeholder_name", "--option '%canonical_option%'=\n--=1\n--run.out=")
     put("cli", "near_miss", "--optim.lr=nan\n--optim.lr=0.1\n--no.such=1")
     # INI files: the scenarios of inputs/ and a few crafted ones
     for path in [os.path.join(INPUTS, "baseline.ini")] + sorted(glob.glob(os.path.join(INPUTS, "faults", "*.ini")))[:4]:

@@ -1,6 +1,9 @@
 #include "config/option_grammar.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <map>
+#include <string>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -60,6 +63,23 @@ std::string OptionGrammar::help() const {
 
 namespace {
 
+// Boost's error_with_option_name::what() replaces each placeholder of its message ("%canonical_option%",
+// "%value%", ...) with the option's name or token until none is left, so a name that holds a placeholder
+// itself never ends (Boost 1.74; fuzz.cli found "--option '%canonical_option%'="). The substitutions
+// lose their '%' before what() is asked. Reached through a member pointer taken in a derived class,
+// the standard's way to a protected member of an object of the base class.
+struct Substitutions : po::error_with_option_name {
+  static std::map<std::string, std::string>& of(po::error_with_option_name& e) {
+    return e.*(&Substitutions::m_substitutions);
+  }
+};
+
+std::string message_of(po::error& e) {
+  if (auto* named = dynamic_cast<po::error_with_option_name*>(&e))
+    for (auto& [placeholder, value] : Substitutions::of(*named)) std::replace(value.begin(), value.end(), '%', '?');
+  return e.what();
+}
+
 // The sink's own ConfigErrors pass through the callers' catch clauses, which take Boost's errors only.
 void emit(const po::parsed_options& parsed, const TokenSink& sink) {
   for (const po::option& o : parsed.options) sink(o.string_key, o.value.empty() ? "" : o.value.front(), !o.unregistered);
@@ -93,12 +113,12 @@ void OptionGrammar::tokenize_argv(int argc, const char* const* argv, const Token
              .allow_unregistered()
              .run(),
          sink);
-  } catch (const po::error_with_option_name& e) {
+  } catch (po::error_with_option_name& e) {
     std::string key = e.get_option_name();
     key.erase(0, key.find_first_not_of('-'));
-    throw ConfigError(key.empty() ? "command line" : key, e.what());
-  } catch (const po::error& e) {
-    throw ConfigError("command line", e.what());
+    throw ConfigError(key.empty() ? "command line" : key, message_of(e));
+  } catch (po::error& e) {
+    throw ConfigError("command line", message_of(e));
   }
 }
 
@@ -106,8 +126,8 @@ void OptionGrammar::tokenize_ini(const std::string& text, const std::string& pat
   std::istringstream stream(text);
   try {
     emit(po::parse_config_file(stream, impl_->all(), /*allow_unregistered=*/true), sink);
-  } catch (const po::error& e) {
-    throw ConfigError("config", "file '" + path + "': " + e.what());
+  } catch (po::error& e) {
+    throw ConfigError("config", "file '" + path + "': " + message_of(e));
   }
 }
 

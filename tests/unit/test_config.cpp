@@ -322,6 +322,13 @@ TEST(ConfigErrors, UnknownKeysAndSections) {
   expect_cli_error({"-h"}, "-h", {"unexpected argument"});
 }
 
+// Boost's error messages substitute the option's name into placeholders until none is left: a name that
+// holds a placeholder itself must still give an error, not a hang.
+TEST(ConfigErrors, PlaceholdersInOptionNames) {
+  for (const std::string name : {"--option '%canonical_option%'=", "--%canonical_option%=", "--x%prefix%%value%="})
+    EXPECT_THROW(parse({name}), ConfigError) << name;
+}
+
 TEST(ConfigErrors, WrongTypes) {
   expect_cli_error({"--optim.lr=abc"}, "optim.lr", {"'abc' is not a number", "on the command line"});
   expect_cli_error({"--optim.lr=nan"}, "optim.lr", {"must be finite"});
