@@ -47,33 +47,7 @@ class MpiReducer final : public Reducer {
 
   void allreduce_gradients(std::span<const std::span<float>> grads, int parts, double divisor) override {
     if (parts != 1) throw std::logic_error("dist.reduce=mpi reduces one gradient part per rank");
-    if (!layout_.arithmetic.plain()) {
-      allreduce_rounded(grads, divisor);
-      return;
-    }
-    const std::size_t n = layout_.num_params;
-    float* acc = grads[0].data();
-    for (std::size_t k = 1; k < grads.size(); ++k)
-      for (std::size_t i = 0; i < n; ++i) acc[i] += grads[k][i];
-    allreduce_in_place(acc, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_);
-    const auto d = static_cast<float>(divisor);
-    // The division and the copies to the other local ranks block by block, while a block is in cache.
-    constexpr std::size_t kBlock = 4096;
-    for (std::size_t lo = 0; lo < n; lo += kBlock) {
-      const std::size_t m = std::min(kBlock, n - lo);
-      if (d != 1.0f)  // x / 1 is x: one process with one rank skips the pass
-        for (std::size_t i = lo; i < lo + m; ++i) acc[i] /= d;
-      for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc + lo, m, grads[k].data() + lo);
-    }
-  }
-
-  void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
-    sum_statistics_allreduce(values, layout_.rank_count * parts, out, comm_);
-  }
-
- private:
-  // The same order as the plain path, with the arithmetic's roundings and divisions.
-  void allreduce_rounded(std::span<const std::span<float>> grads, double divisor) {
+    // The arithmetic's roundings and pre-division do nothing in float32 divided after the sum.
     const ReduceArithmetic& a = layout_.arithmetic;
     const std::size_t n = layout_.num_params;
     for (const std::span<float>& g : grads) a.before(g.first(n), divisor, layout_.world_size);
@@ -83,10 +57,20 @@ class MpiReducer final : public Reducer {
       a.round(acc);
     }
     allreduce_in_place(acc.data(), static_cast<int>(n), MPI_FLOAT, sum_, comm_);
-    a.after(acc, divisor, layout_.world_size);
-    for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc.data(), n, grads[k].data());
+    // The division and the copies to the other local ranks block by block, while a block is in cache.
+    constexpr std::size_t kBlock = 4096;
+    for (std::size_t lo = 0; lo < n; lo += kBlock) {
+      const std::size_t m = std::min(kBlock, n - lo);
+      a.after(acc.subspan(lo, m), divisor, layout_.world_size);
+      for (std::size_t k = 1; k < grads.size(); ++k) std::copy_n(acc.data() + lo, m, grads[k].data() + lo);
+    }
   }
 
+  void sum_statistics(std::span<const double> values, int parts, std::span<double> out) override {
+    sum_statistics_allreduce(values, layout_.rank_count * parts, out, comm_);
+  }
+
+ private:
   MPI_Comm comm_;
   ReduceLayout layout_;
   MPI_Op sum_;

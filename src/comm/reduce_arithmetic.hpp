@@ -23,9 +23,8 @@ struct ReduceArithmetic {
   ReduceDtype dtype = ReduceDtype::fp32;
   DivideMode divide = DivideMode::after;
 
-  // float32, divided after the sum: no rounding, no pre-division (the reducers' plain path).
-  bool plain() const { return dtype == ReduceDtype::fp32 && divide == DivideMode::after; }
-  bool rounds() const { return dtype != ReduceDtype::fp32; }
+  // In float32 divided after the sum (the defaults) before() and round() do nothing and after() is a
+  // float32 division: the reducers call them on every path.
   // What each contribution is divided by before the sum, for this divisor in a world of W ranks.
   double pre_factor(double divisor, int world_size) const;
   // A contribution, in place: rounded to the dtype, then divided by pre_factor (in the dtype).

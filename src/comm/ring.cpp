@@ -92,7 +92,7 @@ void RingAllreduce::pass(std::span<const std::span<float>> buffers, std::size_t 
         std::copy_n(src, len, dst);
       } else {
         for (std::size_t i = 0; i < len; ++i) dst[i] = src[i] + dst[i];
-        if (layout_.arithmetic.rounds()) layout_.arithmetic.round(std::span<float>(dst, len));
+        layout_.arithmetic.round(std::span<float>(dst, len));
       }
     }
     if (processes > 1) {
@@ -103,7 +103,7 @@ void RingAllreduce::pass(std::span<const std::span<float>> buffers, std::size_t 
         std::copy_n(incoming_.data(), in_len, dst);
       } else {
         for (std::size_t i = 0; i < in_len; ++i) dst[i] = incoming_[i] + dst[i];
-        if (layout_.arithmetic.rounds()) layout_.arithmetic.round(std::span<float>(dst, in_len));
+        layout_.arithmetic.round(std::span<float>(dst, in_len));
       }
     }
   }
@@ -122,8 +122,7 @@ class RingReducer final : public Reducer {
     if (parts != 1) throw std::logic_error("dist.reduce=ring reduces one gradient part per rank");
     const ReduceArithmetic& a = layout_.arithmetic;
     const std::size_t n = layout_.num_params;
-    if (!a.plain())
-      for (const std::span<float>& g : grads) a.before(g.first(n), divisor, layout_.world_size);
+    for (const std::span<float>& g : grads) a.before(g.first(n), divisor, layout_.world_size);
     ring_.sum(grads);
     for (const std::span<float>& g : grads) a.after(g.first(n), divisor, layout_.world_size);
   }

@@ -656,8 +656,7 @@ void Run::reduce() {
     std::vector<std::vector<float>> copies = ring_copies_;
     spans.clear();
     for (auto& c : copies) spans.emplace_back(c);
-    if (!arithmetic.plain())
-      for (const std::span<float>& c : spans) arithmetic.before(c, divisor, proc_.world_size);
+    for (const std::span<float>& c : spans) arithmetic.before(c, divisor, proc_.world_size);
     RingAllreduce(comm_, reduce_layout_, order).sum(spans);
     for (std::size_t k = 0; k < replicas_.size(); ++k) {
       Replica& r = replicas_[k];
