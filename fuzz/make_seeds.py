@@ -45,9 +45,9 @@ def main():
     put("cli", "nameless", "--=\n--=1\n--\n--run.out=")  # "--=" once escaped the parser (found by fuzz.cli)
     put("cli", "choices", "--optim.type=adamw\n--schedule.type=step\n--dist.reduce=deterministic\n--precision.amp=fp16")
     put("cli", "print_config", "--print-config\n--batch.global=64\n--batch.accum_steps=2")
-    # Wide ranges once made parsing expand a million ranks per item (found by fuzz.cli)
+    # Ranges naming a million ranks, several times over: parsing must stay linear in the text
     put("cli", "wide_ranks", "--fault=bitflip:bit=30,ranks=0-1048575+0-1048575+0-1048575+0-1048575+0-1048575+0-1048575")
-    # An option name holding a Boost error-message placeholder once made what() loop forever (fuzz.cli)
+    # An option name holding a Boost error-message placeholder: its error message must still end
     put("cli", "placeholder_name", "--option '%canonical_option%'=\n--=1\n--run.out=")
     put("cli", "near_miss", "--optim.lr=nan\n--optim.lr=0.1\n--no.such=1")
     # INI files: the scenarios of inputs/ and a few crafted ones
